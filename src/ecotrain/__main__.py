@@ -1,0 +1,3 @@
+from ecotrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""metrics.jsonl: one JSON object per logged step and per evaluation."""
+
+from __future__ import annotations
+
+import json
+
+from ecotrain.callbacks.base import Callback
+
+
+class MetricsLogger(Callback):
+    def __init__(self, path):
+        self.path = path
+        self.file = None
+
+    def on_fit_start(self, state):
+        self.file = open(self.path, "a", buffering=1 << 16)
+
+    def _write(self, record):
+        self.file.write(json.dumps(record) + "\n")
+
+    def on_log(self, state, record):
+        self._write(record)
+
+    def on_eval_end(self, state, record):
+        self._write(record)
+        self.file.flush()
+
+    def on_save(self, state, path):
+        self.file.flush()  # lines up to a checkpoint are on disk with it
+
+    def on_fit_end(self, state):
+        if self.file:
+            self.file.close()
+            self.file = None
+
+    on_exception = lambda self, state, exc: self.on_fit_end(state)  # noqa: E731

@@ -1,0 +1,209 @@
+"""The typed schema of a whole run, YAML loading and dotted command-line overrides.
+
+The schema is the single source of truth: every key a recipe may hold is declared here, unknown
+keys are refused, and every error names the dotted key (`optim.lr`) and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ecotrain.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class AugmentConfig(_Section):
+    """Training-batch augmentation for 1-D signals (seeded; never applied to val/test)."""
+
+    shift: int = Field(0, ge=0, description="max circular shift in samples")
+    scale: float = Field(0.0, ge=0, lt=1, description="multiply by 1+U(-scale, scale)")
+    noise: float = Field(0.0, ge=0, description="std of added Gaussian noise")
+
+
+class DataConfig(_Section):
+    name: str = Field("mnist1d", description="mnist1d | digits | npz | csv | pkg.module:Dataset")
+    path: Optional[str] = None  # for npz / csv
+    target: str = "label"  # csv label column
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # for an import-path Dataset
+    num_samples: int = Field(5000, gt=0)  # mnist1d only
+    batch_size: int = Field(100, gt=0)
+    val_split: float = Field(0.1, ge=0, lt=1)
+    test_split: float = Field(0.2, ge=0, lt=1)  # when the source has no test set of its own
+    stratify: bool = True
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+
+
+class ModelConfig(_Section):
+    name: str = Field("cnn", description="mlp | cnn | resnet | pkg.module:Class")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+
+class OptimConfig(_Section):
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1)  # sgd only
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+class ScheduleConfig(_Section):
+    name: Literal["constant", "cosine", "onecycle", "step"] = "constant"
+    interval: Literal["step", "epoch"] = "step"
+    warmup: int = Field(0, ge=0, description="linear warmup length, in `interval` units")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)  # cosine / onecycle floor, as a fraction of lr
+    step_size: int = Field(1000, gt=0)  # step schedule: decay every step_size intervals
+    gamma: float = Field(0.1, gt=0, le=1)
+    pct_start: float = Field(0.3, gt=0, lt=1)  # onecycle: fraction spent rising
+
+
+class LoopConfig(_Section):
+    max_steps: Optional[int] = Field(None, gt=0)
+    max_epochs: Optional[int] = Field(10, gt=0)
+    accumulate: int = Field(1, gt=0, description="micro-batches per optimizer step")
+    grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm")
+    eval_every: Optional[int] = Field(None, gt=0, description="steps between evals; None: each epoch")
+    log_every: int = Field(50, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> "LoopConfig":
+        if self.max_steps is None and self.max_epochs is None:
+            raise ValueError("set loop.max_steps or loop.max_epochs (or both)")
+        return self
+
+
+class EarlyStoppingConfig(_Section):
+    enabled: bool = False
+    monitor: str = "val_loss"
+    mode: Literal["min", "max"] = "min"
+    patience: int = Field(5, gt=0, description="evaluations without improvement")
+    min_delta: float = Field(0.0, ge=0)
+    restore_best: bool = True
+
+
+class DivergenceConfig(_Section):
+    action: Literal["stop", "skip"] = "stop"
+    max_skips: int = Field(10, ge=0)  # skip mode: stop after this many non-finite steps
+    check_every: int = Field(1, gt=0)  # >1 avoids a host sync per step on GPUs
+
+
+class LoggingConfig(_Section):
+    progress: Literal["auto", "on", "off"] = "auto"  # auto: on when stderr is a TTY
+
+
+class Config(_Section):
+    """A whole run. `ecotrain fit RECIPE key.sub=value ...` builds one of these."""
+
+    name: str = "run"
+    seed: int = 0
+    deterministic: bool = True  # torch.use_deterministic_algorithms; needed for exact resume
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16-mixed", "fp16-mixed"] = "fp32"
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
+    divergence: DivergenceConfig = Field(default_factory=DivergenceConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _format(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    else:
+        msg = e["msg"].removeprefix("Value error, ")
+        if "input" in e and not isinstance(e["input"], dict):
+            msg += f" (got {e['input']!r})"
+    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"{source}: config key '{key}': {msg}{more}"
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{dotted}': '{p}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["optim.lr=3e-3", "loop.max_epochs=5"]` -> nested dict; values parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}': expected key.sub=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError:
+            value = raw
+        _set_dotted(tree, key.strip(), value)
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def build_config(tree: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format(err, source)) from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a recipe YAML (or the defaults when `path` is None) and apply dotted overrides."""
+    tree: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        if not p.is_file():
+            raise ConfigError(f"{p}: recipe not found")
+        try:
+            tree = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            line = f" line {where.line + 1}" if where else ""
+            raise ConfigError(f"{p}:{line} not valid YAML") from None
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{p}: a recipe must be a mapping of keys")
+        tree.setdefault("name", p.stem)
+    if overrides:
+        tree = _merge(tree, parse_overrides(overrides))
+        source += " + overrides"
+    return build_config(tree, source)
+
+
+def diff_configs(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ: `['optim.lr: 0.01 -> 0.003']`."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b, key = old.get(k), new.get(k), f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += diff_configs(a, b, key + ".")
+        elif a != b:
+            out.append(f"{key}: {a!r} -> {b!r}")
+    return out

@@ -1,0 +1,108 @@
+"""What the loop reads from: a `Source` returns a whole batch `(x, y)` for a tensor of indices.
+
+In-memory arrays take the fast path (`x[idx]`, no per-sample Python); any map-style
+`torch.utils.data.Dataset` works through `MapSource` with `default_collate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import torch
+from torch.utils.data import Dataset, default_collate
+
+from ecotrain.errors import DataError
+
+
+class Source(Protocol):
+    def __len__(self) -> int: ...
+    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def labels(self) -> torch.Tensor: ...
+
+
+class ArraySource:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def take(self, idx):
+        return self.x[idx], self.y[idx]
+
+    def labels(self):
+        return self.y
+
+    def hash_into(self, h) -> None:
+        for t in (self.x, self.y):
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            h.update(t.contiguous().numpy().tobytes())
+
+
+class MapSource:
+    """A user's map-style Dataset whose items are `(x, y)` pairs."""
+
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+        self._labels: Optional[torch.Tensor] = None
+
+    def __len__(self) -> int:
+        return len(self.ds)  # type: ignore[arg-type]
+
+    def take(self, idx):
+        return default_collate([self.ds[i] for i in idx.tolist()])
+
+    def labels(self):
+        if self._labels is None:
+            self._labels = torch.as_tensor([int(self.ds[i][1]) for i in range(len(self))])
+        return self._labels
+
+    def hash_into(self, h) -> None:
+        for i in range(len(self)):
+            for t in self.ds[i]:
+                h.update(torch.as_tensor(t).contiguous().numpy().tobytes())
+
+
+class Subset:
+    def __init__(self, base, indices: torch.Tensor):
+        self.base, self.indices = base, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def take(self, idx):
+        return self.base.take(self.indices[idx])
+
+    def labels(self):
+        return self.base.labels()[self.indices]
+
+    def hash_into(self, h) -> None:
+        self.base.hash_into(h)
+        h.update(self.indices.numpy().tobytes())
+
+
+@dataclass
+class DataBundle:
+    """The splits of one run plus what the model needs to know about them."""
+
+    train: Source
+    val: Optional[Source]
+    test: Optional[Source]
+    num_classes: Optional[int]  # None for tasks that are not classification
+    input_shape: tuple[int, ...]
+    content_hash: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("train", "val", "test"):
+            split = getattr(self, name)
+            if split is not None and len(split) == 0:
+                raise DataError(f"data: the {name} split is empty; use more samples or a smaller split fraction")
+        if not self.content_hash:
+            h = hashlib.sha256()
+            for split in (self.train, self.val, self.test):
+                if split is not None:
+                    split.hash_into(h)
+            self.content_hash = "sha256:" + h.hexdigest()

@@ -1,0 +1,111 @@
+"""The training loop and the evaluation loop, one screen each. Every hook call is a visible line.
+
+A "batch" from the sampler is the effective batch of one optimizer step; `train_step` cuts it
+into `loop.accumulate` micro-batches and normalises the loss by the whole batch's unit count, so
+accumulation is exactly one big batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ecotrain.task import normalized_loss
+
+
+def micro_batches(x, y, n_micro: int):
+    size = -(-len(y) // n_micro)  # ceil: the last micro-batch may be smaller
+    return zip(x.split(size), y.split(size))
+
+
+def train_step(state, x, y, cbs) -> None:
+    model, opt, prec = state.model, state.optimizer, state.precision
+    total_units = state.task.units(y)
+    loss_sum = None
+    for xm, ym in micro_batches(x, y, state.config.loop.accumulate):
+        with prec.autocast():
+            loss = normalized_loss(state.task, model(xm), ym, total_units)
+        prec.backward(loss)
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    state.loss, state.skip_step = loss_sum, False
+    cbs.on_after_backward(state)  # the divergence guard may set skip_step here
+    if not state.skip_step:
+        if state.config.loop.grad_clip:
+            prec.unscale(opt)  # clip true gradients, not scaled ones
+            torch.nn.utils.clip_grad_norm_(model.parameters(), state.config.loop.grad_clip)
+        prec.step(opt)
+    opt.zero_grad(set_to_none=True)
+
+
+def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
+    """Run until a budget is spent or a callback asks to stop. Resumes from `state`'s position."""
+    cfg = state.config.loop
+    per_step_schedule = state.config.schedule.interval == "step"
+    device = state.device
+    cbs.on_fit_start(state)
+    t0 = time.perf_counter()
+    while not state.should_stop:
+        cbs.on_epoch_start(state)
+        state.model.train()  # evaluate() puts it back after each eval
+        for idx in sampler.batches(state.epoch, state.batch_in_epoch):
+            cbs.on_step_start(state)
+            x, y = source.take(idx)
+            x, y = augment(x).to(device, non_blocking=True), y.to(device, non_blocking=True)
+            train_step(state, x, y, cbs)
+            state.step += 1
+            state.batch_in_epoch += 1
+            state.samples_seen += len(idx)
+            if per_step_schedule:
+                state.scheduler.step()
+            state.window_loss = state.loss if state.window_loss is None else state.window_loss + state.loss
+            state.window_steps += 1
+            cbs.on_step_end(state)
+            if state.step % cfg.log_every == 0:
+                cbs.on_log(state, log_record(state))
+            if cfg.eval_every and state.step % cfg.eval_every == 0:
+                cbs.on_eval_end(state, evaluate_fn(state))
+            if cfg.max_steps and state.step >= cfg.max_steps:
+                state.stop("max_steps")
+            if state.should_stop:
+                break
+        else:  # the epoch ran to its end
+            state.epoch += 1
+            state.batch_in_epoch = 0
+            if not per_step_schedule:
+                state.scheduler.step()
+            if not cfg.eval_every:
+                cbs.on_eval_end(state, evaluate_fn(state))
+            cbs.on_epoch_end(state)
+            if cfg.max_epochs and state.epoch >= cfg.max_epochs:
+                state.stop("max_epochs")
+    state.train_seconds += time.perf_counter() - t0
+    cbs.on_fit_end(state)
+
+
+def log_record(state) -> dict:
+    loss = float(state.window_loss / state.window_steps)  # the one host sync per log interval
+    state.window_loss, state.window_steps = None, 0
+    state.last_log = {"step": state.step, "epoch": state.epoch, "loss": loss, "lr": state.lr}
+    return state.last_log
+
+
+@torch.inference_mode()
+def evaluate(model, source, task, batch_size: int, device, precision=None, prefix: str = "val") -> dict:
+    """Mean loss and metrics of `model` over `source`, in eval mode; one host sync at the end."""
+    was_training = model.training
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    units = 0
+    for start in range(0, len(source), batch_size):
+        x, y = source.take(torch.arange(start, min(start + batch_size, len(source))))
+        x, y = x.to(device), y.to(device)
+        ctx = precision.autocast() if precision else torch.autocast(device.type, enabled=False)
+        with ctx:
+            out = model(x)
+        batch = {"loss": task.loss_sum(out, y), **task.metric_sums(out, y)}
+        for k, v in batch.items():
+            sums[k] = sums[k] + v.detach() if k in sums else v.detach()
+        units += task.units(y)
+    model.train(was_training)
+    return {f"{prefix}_{k}": float(v) / units for k, v in sums.items()}

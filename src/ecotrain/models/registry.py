@@ -1,0 +1,32 @@
+"""Build the configured model: a built-in name, or any nn.Module by import path with kwargs."""
+
+from __future__ import annotations
+
+
+from torch import nn
+
+from ecotrain.config import ModelConfig
+from ecotrain.data.builtin import import_object
+from ecotrain.errors import ConfigError
+from ecotrain.models.vision1d import MLP, ConvBase, ResNet1d, flat_dim
+
+
+def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int | None) -> nn.Module:
+    n_in = flat_dim(input_shape)
+    builtins = {
+        "mlp": lambda kw: MLP(n_in, num_classes, dropout=cfg.dropout, **kw),
+        "cnn": lambda kw: ConvBase(n_in, num_classes, dropout=cfg.dropout, **kw),
+        "resnet": lambda kw: ResNet1d(n_in, num_classes, dropout=cfg.dropout, **kw),
+    }
+    try:
+        if cfg.name in builtins:
+            return builtins[cfg.name](dict(cfg.kwargs))
+        cls = import_object(cfg.name, "model.name")
+        model = cls(**cfg.kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"model.kwargs: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model.name: '{cfg.name}' built a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+

@@ -1,0 +1,52 @@
+"""Numeric precision: autocast for the forward pass and dynamic loss scaling for fp16.
+
+Master weights stay fp32; bf16 needs no scaler. Skipped (inf/NaN) fp16 steps are counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+class Precision:
+    def __init__(self, mode: str, device: torch.device):
+        self.mode = mode
+        self.device = device
+        self.dtype = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}[mode]
+        self.scaler = torch.amp.GradScaler(device.type) if mode == "fp16-mixed" else None
+        self.skipped_steps = 0
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def unscale(self, opt: torch.optim.Optimizer) -> None:
+        """Before clipping: the norm must be measured on true gradients."""
+        if self.scaler:
+            self.scaler.unscale_(opt)
+
+    def step(self, opt: torch.optim.Optimizer) -> bool:
+        """Step the optimizer; False when the scaler skipped it for inf/NaN gradients."""
+        if not self.scaler:
+            opt.step()
+            return True
+        before = self.scaler.get_scale()
+        self.scaler.step(opt)
+        self.scaler.update()
+        skipped = self.scaler.get_scale() < before  # the scale only drops on a skipped step
+        self.skipped_steps += int(skipped)
+        return not skipped
+
+    def state_dict(self) -> dict:
+        return {"scaler": self.scaler.state_dict() if self.scaler else None, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if self.scaler and sd.get("scaler"):
+            self.scaler.load_state_dict(sd["scaler"])
+        self.skipped_steps = sd.get("skipped_steps", 0)

@@ -1,0 +1,196 @@
+"""`fit()`: assemble a run from a Config (and optionally the user's own parts), train, test, report.
+
+The Python API and the CLI both land here, so they get the same loop, callbacks and run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import save as st_save
+from torch import nn
+
+import ecotrain
+from ecotrain import loop
+from ecotrain.callbacks import (BestTracker, Callback, CallbackList, DivergenceGuard, EarlyStopping,
+                                MetricsLogger, ProgressBar)
+from ecotrain.config import Config
+from ecotrain.data import ArraySource, DataBundle, EpochSampler, MapSource, load_data
+from ecotrain.data.augment import SignalAugment
+from ecotrain.data.builtin import validate_arrays
+from ecotrain.errors import ConfigError, DataError
+from ecotrain.models import build_model
+from ecotrain.optim import build_optimizer, build_scheduler
+from ecotrain.precision import Precision
+from ecotrain.rundir import atomic_write, default_run_dir, write_config, write_json
+from ecotrain.state import TrainState
+from ecotrain.task import ClassificationTask, UserTask
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict
+    model: nn.Module
+    state: TrainState
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # required by deterministic cuBLAS
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' asked for but no CUDA device is available; use device=auto or cpu")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def _as_source(obj, where: str):
+    if obj is None or hasattr(obj, "take"):
+        return obj
+    if isinstance(obj, (tuple, list)) and len(obj) == 2:
+        x, y = (torch.as_tensor(np.asarray(v)) for v in obj)
+        validate_arrays(x, y, where)
+        return ArraySource(x.float() if x.is_floating_point() else x, y.long() if not y.is_floating_point() else y)
+    if isinstance(obj, torch.utils.data.Dataset):
+        return MapSource(obj)
+    raise DataError(f"{where}: expected (x, y) arrays, a torch Dataset or an ecotrain Source, got {type(obj).__name__}")
+
+
+def as_bundle(data, num_classes: Optional[int] = None) -> DataBundle:
+    """The user's data: a DataBundle, or a dict/tuple of train/val/test each given as (x, y) or a Dataset."""
+    if isinstance(data, DataBundle):
+        return data
+    parts = data if isinstance(data, Mapping) else dict(zip(("train", "val", "test"), data))
+    train = _as_source(parts.get("train"), "train data")
+    if train is None:
+        raise DataError("data: a train split is required")
+    x0, y0 = train.take(torch.tensor([0]))
+    if num_classes is None and not torch.is_floating_point(y0):
+        num_classes = int(train.labels().max()) + 1
+    return DataBundle(train, _as_source(parts.get("val"), "val data"), _as_source(parts.get("test"), "test data"),
+                      num_classes, tuple(x0.shape[1:]))
+
+
+def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
+    budgets = [b for b in (cfg.loop.max_steps, cfg.loop.max_epochs and cfg.loop.max_epochs * steps_per_epoch) if b]
+    return min(budgets)
+
+
+def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool) -> list[Callback]:
+    es = cfg.early_stopping
+    if es.enabled and not has_val:
+        raise ConfigError("early_stopping.enabled: needs a validation split (data.val_split > 0 or val data)")
+    cbs: list[Callback] = [DivergenceGuard(cfg.divergence.action, cfg.divergence.max_skips, cfg.divergence.check_every),
+                           BestTracker(es.monitor, es.mode, es.min_delta)]
+    if es.enabled:
+        cbs.append(EarlyStopping(es.patience))
+    cbs.append(MetricsLogger(run_dir / "metrics.jsonl"))
+    show = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())
+    if show and not quiet:
+        cbs.append(ProgressBar())
+    return cbs
+
+
+def save_weights(path: Path, model_or_sd) -> None:
+    sd = model_or_sd.state_dict() if isinstance(model_or_sd, nn.Module) else model_or_sd
+    atomic_write(path, st_save({k: v.detach().cpu().contiguous().clone() for k, v in sd.items()}))
+
+
+def versions() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__, "ecotrain": ecotrain.__version__}
+
+
+def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
+        loss_fn: Optional[Callable] = None, metrics: Optional[Mapping[str, Callable]] = None,
+        callbacks: Sequence[Callback] = (), run_dir: str | Path | None = None, quiet: bool = False) -> RunResult:
+    """Train `config` end to end. Pass `model`, `data`, `loss_fn`, `metrics` to use your own parts."""
+    cfg = config
+    seed_everything(cfg.seed, cfg.deterministic)
+    device = resolve_device(cfg.device)
+    bundle = load_data(cfg) if data is None else as_bundle(data)
+    if bundle.val is None and cfg.early_stopping.monitor.startswith("val") and data is None and cfg.data.val_split > 0:
+        raise DataError("data: the validation split is empty")
+    task = UserTask(loss_fn, metrics) if loss_fn else ClassificationTask(cfg.loop.label_smoothing)
+    torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
+    net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
+
+    run_dir = Path(run_dir) if run_dir else default_run_dir(cfg.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(run_dir, cfg.to_dict())
+
+    eff_batch = cfg.data.batch_size * cfg.loop.accumulate
+    sampler = EpochSampler(len(bundle.train), eff_batch, cfg.seed)
+    total = plan_steps(cfg, len(sampler))
+    opt = build_optimizer(net, cfg.optim)
+    sched_total = total if cfg.schedule.interval == "step" else -(-total // len(sampler))
+    state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), task,
+                       Precision(cfg.precision, device), device, len(sampler), total, run_dir)
+    augment = SignalAugment(cfg.data.augment, cfg.seed)
+    cbs = CallbackList([*default_callbacks(cfg, run_dir, bundle.val is not None, quiet), *callbacks])
+
+    def evaluate_fn(st: TrainState) -> dict:
+        record = {"step": st.step, "epoch": st.epoch}
+        if bundle.val is not None:
+            record.update(loop.evaluate(st.model, bundle.val, task, cfg.data.batch_size * 4, device, st.precision))
+        st.last_eval = record
+        return record
+
+    try:
+        loop.train(state, sampler, bundle.train, cbs, augment, evaluate_fn)
+    except BaseException as exc:
+        cbs.on_exception(state, exc)
+        raise
+    summary = finish(state, bundle, run_dir)
+    return RunResult(run_dir, summary, net, state)
+
+
+def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
+    """Test once on the best weights, measure the train/val gap, write weights and summary.json."""
+    cfg, net, task, dev = state.config, state.model, state.task, state.device
+    bs = cfg.data.batch_size * 4
+    if state.best_weights is not None and (cfg.early_stopping.restore_best or not cfg.early_stopping.enabled):
+        net.load_state_dict(state.best_weights)
+    save_weights(run_dir / "model.safetensors", net)
+    summary: dict[str, Any] = {
+        "name": cfg.name, "steps": state.step, "epochs": state.epoch, "samples_seen": state.samples_seen,
+        "stopped_because": state.stopped_because, "train_seconds": round(state.train_seconds, 4),
+        "steps_per_second": round(state.step / state.train_seconds, 2) if state.train_seconds else None,
+        "best_val_metric": state.best_metric, "best_step": state.best_step,
+        "monitor": cfg.early_stopping.monitor, "dataset_hash": bundle.content_hash, "versions": versions(),
+        "device": str(dev), **state.extra,
+    }
+    n_gap = min(len(bundle.train), 5000)  # enough to measure the gap without a full pass on big data
+    train_m = loop.evaluate(net, _head(bundle.train, n_gap), task, bs, dev, state.precision, "train")
+    summary.update(train_m)
+    if bundle.val is not None:
+        val_m = loop.evaluate(net, bundle.val, task, bs, dev, state.precision, "val")
+        summary.update(val_m)
+        key = "accuracy" if "train_accuracy" in train_m else "loss"
+        summary["train_val_gap"] = round(train_m[f"train_{key}"] - val_m[f"val_{key}"], 6)
+    if bundle.test is not None:
+        summary.update(loop.evaluate(net, bundle.test, task, bs, dev, state.precision, "test"))
+    write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _head(source, n: int):
+    from ecotrain.data import Subset
+
+    return source if len(source) <= n else Subset(source, torch.arange(n))
