@@ -52,6 +52,8 @@ class OptimConfig(_Section):
     weight_decay: float = Field(0.0, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)  # sgd only
     betas: tuple[float, float] = (0.9, 0.999)
+    # auto: fused Adam/AdamW kernels (one kernel for all parameters; ~1.4x a tiny model's step on CPU)
+    implementation: Literal["auto", "fused", "foreach", "for-loop"] = "auto"
 
 
 class ScheduleConfig(_Section):

@@ -17,10 +17,11 @@ class Precision:
         self.dtype = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}[mode]
         self.scaler = torch.amp.GradScaler(device.type) if mode == "fp16-mixed" else None
         self.skipped_steps = 0
+        self._null = contextlib.nullcontext()  # reusable: fp32 pays no context creation per step
 
     def autocast(self):
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return self._null
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -41,8 +41,7 @@ class TrainState:
 
     # the latest numbers
     loss: Optional[torch.Tensor] = None  # this step's loss, detached, on device (no sync)
-    window_loss: Optional[torch.Tensor] = None  # sum since the last log line
-    window_steps: int = 0
+    window_losses: list = field(default_factory=list)  # step losses since the last log line
     last_log: dict = field(default_factory=dict)
     last_eval: dict = field(default_factory=dict)
 

@@ -1,7 +1,7 @@
-"""What is learned: the loss (as a sum over units, normalised once by the loop) and the metrics.
+"""What is learned: the loss (a mean over the batch's units: samples, or tokens) and the metrics.
 
-Returning sums, not means, is what makes gradient accumulation exactly equal to one big batch:
-the loop divides every micro-batch's sum by the unit count of the whole effective batch.
+`normalized_loss` weights each micro-batch's mean by its share of the effective batch's units,
+which makes gradient accumulation exactly one big batch (and costs nothing without accumulation).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ class ClassificationTask:
     def units(self, y: torch.Tensor) -> int:
         return y.shape[0]
 
-    def loss_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(out.float(), y, reduction="sum", label_smoothing=self.label_smoothing)
+    def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        return F.cross_entropy(out.float(), y, reduction=reduction, label_smoothing=self.label_smoothing)
 
     def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"accuracy": (out.argmax(-1) == y).sum()}
@@ -37,13 +37,19 @@ class UserTask:
     def units(self, y) -> int:
         return len(y)
 
-    def loss_sum(self, out, y):
-        return self.loss_fn(out, y) * len(y)
+    def loss(self, out, y, reduction: str = "mean"):
+        mean = self.loss_fn(out, y)
+        return mean if reduction == "mean" else mean * len(y)
 
     def metric_sums(self, out, y):
         return {k: fn(out, y) * len(y) for k, fn in self.metrics.items()}
 
 
-def normalized_loss(task, out, y, total_units: int) -> torch.Tensor:
-    """The one place where a micro-batch's loss is scaled for accumulation."""
-    return task.loss_sum(out, y) / total_units
+def normalized_loss(task, out, y, total_units: int | None) -> torch.Tensor:
+    """The one place where a micro-batch's loss is scaled for accumulation
+    (`total_units` None: the micro-batch is the whole batch)."""
+    loss = task.loss(out, y)
+    if total_units is None:
+        return loss
+    n = task.units(y)
+    return loss if n == total_units else loss * (n / total_units)

@@ -125,8 +125,6 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     seed_everything(cfg.seed, cfg.deterministic)
     device = resolve_device(cfg.device)
     bundle = load_data(cfg) if data is None else as_bundle(data)
-    if bundle.val is None and cfg.early_stopping.monitor.startswith("val") and data is None and cfg.data.val_split > 0:
-        raise DataError("data: the validation split is empty")
     task = UserTask(loss_fn, metrics) if loss_fn else ClassificationTask(cfg.loop.label_smoothing)
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
@@ -191,6 +189,6 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
 
 
 def _head(source, n: int):
-    from ecotrain.data import Subset
+    from ecotrain.data import subset
 
-    return source if len(source) <= n else Subset(source, torch.arange(n))
+    return source if len(source) <= n else subset(source, torch.arange(n))

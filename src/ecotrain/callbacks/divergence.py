@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 
 from ecotrain.callbacks.base import Callback
@@ -14,10 +13,10 @@ class DivergenceGuard(Callback):
         self.skipped = 0
 
     def on_after_backward(self, state):
-        if state.step % self.check_every:
+        if self.check_every > 1 and state.step % self.check_every:
             return
-        loss = float(state.loss)  # a host sync on GPUs; check_every > 1 amortises it
-        if math.isfinite(loss):
+        loss = state.loss.item()  # a host sync on GPUs; check_every > 1 amortises it
+        if loss - loss == 0:  # finite (inf - inf and nan - nan are nan)
             return
         where = f"step {state.step + 1} (epoch {state.epoch + 1})"
         if self.action == "skip" and self.skipped < self.max_skips:

@@ -1,4 +1,4 @@
-"""A rich progress bar: epoch, step, loss, metric, steps/s, ETA. Redrawn at most 5 times a second."""
+"""A rich progress bar: epoch, step, loss, metric, steps/s, ETA. Redrawn at most twice a second."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ecotrain.callbacks.base import Callback
 
 
 class ProgressBar(Callback):
-    def __init__(self, refresh_seconds: float = 0.2, console=None):
+    def __init__(self, refresh_seconds: float = 0.5, console=None):
         self.refresh_seconds = refresh_seconds
         self.console = console
         self.progress = None

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ecotrain.config import Config
-from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset
+from ecotrain.data.sources import ArraySource, DataBundle, MapSource, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.errors import DataError
 
@@ -149,10 +149,13 @@ def load_data(cfg: Config) -> DataBundle:
     labels = base.labels()
     if test_src is None and cfg.data.test_split > 0:
         keep, held = stratified_split(labels, cfg.data.test_split, cfg.seed + 1, cfg.data.stratify)
-        base, test_src = Subset(base, keep), Subset(base, held)
+        base, test_src = subset(base, keep), subset(base, held)
         labels = labels[keep]
     keep, held = stratified_split(labels, cfg.data.val_split, cfg.seed, cfg.data.stratify)
-    val = Subset(base, held) if len(held) else None
-    train = Subset(base, keep)
+    if cfg.data.val_split > 0 and len(held) == 0:
+        raise DataError(f"data.val_split: {cfg.data.val_split} of {len(labels)} samples leaves the validation split empty; "
+                        "use more data, a larger split, or data.val_split=0")
+    val = subset(base, held) if len(held) else None
+    train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
     return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]))

@@ -65,6 +65,13 @@ class MapSource:
                 h.update(torch.as_tensor(t).contiguous().numpy().tobytes())
 
 
+def subset(base, indices: torch.Tensor):
+    """A view of `base` at `indices`; in-memory arrays are gathered once so `take` is one index op."""
+    if isinstance(base, ArraySource):
+        return ArraySource(base.x[indices], base.y[indices])
+    return Subset(base, indices)
+
+
 class Subset:
     def __init__(self, base, indices: torch.Tensor):
         self.base, self.indices = base, indices

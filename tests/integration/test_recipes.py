@@ -1,0 +1,26 @@
+"""Every shipped recipe runs on a shortened schedule and meets a (shortened) accuracy bar."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ecotrain.config import load_config
+
+RECIPES = sorted(Path("recipes").glob("*.yaml"))
+SHORT = {"mnist1d_cnn": (["loop.max_steps=1500"], 0.85), "digits_resnet": (["loop.max_epochs=4"], 0.85)}
+
+
+def test_every_recipe_starts_with_its_command_and_validates():
+    for p in RECIPES:
+        first = p.read_text().splitlines()[0]
+        assert first.startswith("# ecotrain ") and p.name in first, p
+        load_config(p)
+
+
+@pytest.mark.parametrize("name", sorted(SHORT))
+def test_recipe_short_schedule_accuracy(cli, tmp_path, name):
+    overrides, bar = SHORT[name]
+    r = cli("fit", f"recipes/{name}.yaml", *overrides, "--run-dir", tmp_path, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["test_accuracy"] >= bar
