@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ecotrain.errors import EXIT_DIVERGED, EcotrainError
+from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, ConfigError, EcotrainError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,18 +18,72 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=3e-3 loop.max_epochs=5")
     f.add_argument("--run-dir", help="run folder (default runs/<recipe>-<timestamp>)")
     f.add_argument("--quiet", action="store_true", help="no progress bar, only the final lines")
+    f.add_argument("--resume", metavar="auto|CKPT", help="auto: continue from the run folder's newest valid "
+                   "checkpoint if there is one, else start fresh; or a checkpoint folder")
+    f.add_argument("--init-from", metavar="CKPT", help="start from these weights (checkpoint folder, .safetensors, "
+                   "or a state_dict file read with weights_only=True)")
+    f.add_argument("--keep-optimizer", action="store_true", help="with --init-from a checkpoint: keep its optimizer state")
+    f.add_argument("--allow-config-change", action="store_true", help="resume even though the config changed (listed)")
+    r = sub.add_parser("resume", help="continue a run from its newest valid checkpoint")
+    r.add_argument("run_dir")
+    r.add_argument("overrides", nargs="*", help="dotted overrides (need --allow-config-change)")
+    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--allow-config-change", action="store_true")
     return p
 
 
 
 
 def cmd_fit(args) -> int:
+    from pathlib import Path
+
+    from ecotrain.checkpoint import latest_valid
+    from ecotrain.checkpoint.manager import warn
     from ecotrain.config import load_config
-    from ecotrain.trainer import fit
 
     cfg = load_config(args.recipe, args.overrides)
-    result = fit(cfg, run_dir=args.run_dir, quiet=args.quiet)
+    resume = None
+    if args.resume == "auto":
+        if not args.run_dir:
+            raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
+        resume = latest_valid(Path(args.run_dir), warn)
+        print(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh", file=sys.stderr)
+    elif args.resume:
+        resume = Path(args.resume)
+    return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from, args.keep_optimizer)
+
+
+def cmd_resume(args) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from ecotrain.checkpoint import latest_valid
+    from ecotrain.checkpoint.manager import warn
+    from ecotrain.config import build_config, _merge, parse_overrides
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
+    ckpt = latest_valid(run_dir, warn)
+    if ckpt is None:
+        raise EcotrainError(f"{run_dir}: no valid checkpoint to resume from")
+    tree = _merge(yaml.safe_load((run_dir / "config.yaml").read_text()), parse_overrides(args.overrides))
+    cfg = build_config(tree, f"{run_dir}/config.yaml")
+    print(f"resuming from {ckpt}", file=sys.stderr)
+    return _run(cfg, run_dir, args.quiet, ckpt, args.allow_config_change)
+
+
+def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=None, keep_optimizer=False) -> int:
+    from ecotrain.trainer import fit
+
+    result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
+                 init_from=init_from, keep_optimizer=keep_optimizer)
     s = result.summary
+    if s["stopped_because"] == "preempted":
+        print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}")
+        print(f"continue with: ecotrain resume {result.run_dir}")
+        return EXIT_PREEMPTED
     line = f"stopped: {s['stopped_because']} after {s['steps']} steps ({s['epochs']} epochs) in {s['train_seconds']:.1f}s"
     print(line)
     if "test_accuracy" in s:
@@ -38,7 +92,7 @@ def cmd_fit(args) -> int:
     return EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
 
 
-COMMANDS = {"fit": cmd_fit}
+COMMANDS = {"fit": cmd_fit, "resume": cmd_resume}
 
 
 def main(argv: list[str] | None = None) -> int:

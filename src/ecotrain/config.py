@@ -7,7 +7,7 @@ keys are refused, and every error names the dotted key (`optim.lr`) and what is 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,7 +28,7 @@ class AugmentConfig(_Section):
 
 
 class DataConfig(_Section):
-    name: str = Field("mnist1d", description="mnist1d | digits | npz | csv | pkg.module:Dataset")
+    name: str = Field("mnist1d", description="mnist1d | digits | text | npz | csv | pkg.module:Dataset")
     path: Optional[str] = None  # for npz / csv
     target: str = "label"  # csv label column
     kwargs: dict[str, Any] = Field(default_factory=dict)  # for an import-path Dataset
@@ -38,10 +38,11 @@ class DataConfig(_Section):
     test_split: float = Field(0.2, ge=0, lt=1)  # when the source has no test set of its own
     stratify: bool = True
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    bucketing: bool = False  # variable-length sequences (data.name=text, mode: paragraphs): batch similar lengths
 
 
 class ModelConfig(_Section):
-    name: str = Field("cnn", description="mlp | cnn | resnet | pkg.module:Class")
+    name: str = Field("cnn", description="mlp | cnn | resnet | charlm | pkg.module:Class")
     kwargs: dict[str, Any] = Field(default_factory=dict)
     dropout: float = Field(0.0, ge=0, lt=1)
 
@@ -97,6 +98,35 @@ class DivergenceConfig(_Section):
     check_every: int = Field(1, gt=0)  # >1 avoids a host sync per step on GPUs
 
 
+class CheckpointConfig(_Section):
+    every_n_steps: Optional[int] = Field(None, gt=0)
+    every_epoch: bool = False
+    on_best: bool = False  # save when the monitored validation metric improves
+    at_end: bool = True  # a final checkpoint, so the run can be extended later
+    keep_last: int = Field(2, ge=1)  # plus the best, when on_best
+    background: bool = False  # write in a thread; tensors are snapshot first
+
+
+class CallbackSpec(_Section):
+    path: str = Field(description="pkg.module:Class of an ecotrain Callback")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class EveryN(_Section):
+    every_n: int = Field(gt=0)  # checkpoint blocks 0, K, 2K, ...
+
+
+class NamedModules(_Section):
+    modules: list[str] = Field(min_length=1)  # qualified-name globs (`blocks.*`) or class names (`Block`)
+
+
+class MemoryConfig(_Section):
+    """Memory levers (memory.py): activation checkpointing and out-of-memory recovery."""
+
+    activation_checkpointing: Union[Literal["off", "all"], EveryN, NamedModules] = "off"
+    min_micro_batch: int = Field(1, gt=0)  # OOM recovery halves the micro-batch down to this, then gives up
+
+
 class LoggingConfig(_Section):
     progress: Literal["auto", "on", "off"] = "auto"  # auto: on when stderr is a TTY
 
@@ -117,6 +147,9 @@ class Config(_Section):
     early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
     divergence: DivergenceConfig = Field(default_factory=DivergenceConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    callbacks: list[CallbackSpec] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ecotrain.memory import recover_from_oom
 from ecotrain.task import normalized_loss
 
 
@@ -22,15 +23,26 @@ def micro_batches(x, y, n_micro: int):
     return zip(x.split(size), y.split(size))
 
 
-def train_step(state, x, y, cbs) -> None:
-    model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
-    total_units = state.task.units(y) if loop_cfg.accumulate > 1 else None
+def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
+    """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss."""
+    model, prec = state.model, state.precision
+    total_units = state.task.units(y) if n_micro > 1 else None
     loss_sum = None
-    for xm, ym in micro_batches(x, y, loop_cfg.accumulate):
+    for xm, ym in micro_batches(x, y, n_micro):
         with prec.autocast():
             loss = normalized_loss(state.task, model(xm), ym, total_units)
         prec.backward(loss)
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    return loss_sum
+
+
+def train_step(state, x, y, cbs) -> None:
+    model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
+    n_micro = state.extra.get("micro_batches", loop_cfg.accumulate)  # raised by OOM recovery
+    try:
+        loss_sum = backward_micro_batches(state, x, y, n_micro)
+    except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)
+        loss_sum = recover_from_oom(state, x, y, n_micro, exc, backward_micro_batches)
     state.loss, state.skip_step = loss_sum, False
     cbs.on_after_backward(state)  # the divergence guard may set skip_step here
     if not state.skip_step:
@@ -54,6 +66,12 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     gc.disable()  # tensors die by refcount; automatic collections mid-step cost ~5% on small models
     t0 = time.perf_counter()
     while not state.should_stop:
+        if cfg.max_steps and state.step >= cfg.max_steps:  # checked first: a resumed run may be done
+            state.stop("max_steps")
+            break
+        if cfg.max_epochs and state.epoch >= cfg.max_epochs:
+            state.stop("max_epochs")
+            break
         cbs.on_epoch_start(state)
         state.model.train()  # evaluate() puts it back after each eval
         for idx in sampler.batches(state.epoch, state.batch_in_epoch):
@@ -70,7 +88,6 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
             if per_step_schedule:
                 state.scheduler.step()
             state.window_losses.append(state.loss)  # summed at log time: no tensor op per step
-            cbs.on_step_end(state)
             if state.step % cfg.log_every == 0:
                 cbs.on_log(state, log_record(state))
                 gc.collect(1)  # reclaim any reference cycles, at a time of our choosing
@@ -78,6 +95,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                 cbs.on_eval_end(state, evaluate_fn(state))
             if cfg.max_steps and state.step >= cfg.max_steps:
                 state.stop("max_steps")
+            cbs.on_step_end(state)  # after the step's log and eval: a checkpoint here is complete
             if state.should_stop:
                 break
         else:  # the epoch ran to its end
@@ -88,8 +106,6 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
             if not cfg.eval_every:
                 cbs.on_eval_end(state, evaluate_fn(state))
             cbs.on_epoch_end(state)
-            if cfg.max_epochs and state.epoch >= cfg.max_epochs:
-                state.stop("max_epochs")
     state.train_seconds += time.perf_counter() - t0
     gc.unfreeze()
     if gc_was_enabled:

@@ -25,7 +25,12 @@ from ecotrain.callbacks import (BestTracker, Callback, CallbackList, DivergenceG
 from ecotrain.config import Config
 from ecotrain.data import ArraySource, DataBundle, EpochSampler, MapSource, load_data
 from ecotrain.data.augment import SignalAugment
-from ecotrain.data.builtin import validate_arrays
+from ecotrain import resume as resume_mod
+from ecotrain.callbacks import Checkpointer
+from ecotrain.checkpoint.manager import CheckpointManager
+from ecotrain.checkpoint.preemption import Preemption
+from ecotrain.checkpoint.state import capture
+from ecotrain.data.builtin import import_object, validate_arrays
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.models import build_model
 from ecotrain.optim import build_optimizer, build_scheduler
@@ -108,6 +113,21 @@ def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool) ->
     return cbs
 
 
+def config_callbacks(cfg: Config) -> list[Callback]:
+    """Callbacks named in the config by import path (`callbacks: [{path: pkg.mod:Class, kwargs: {}}]`)."""
+    out = []
+    for spec in cfg.callbacks:
+        cls = import_object(spec.path, "callbacks.path")
+        try:
+            cb = cls(**spec.kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"callbacks: {spec.path}: {exc}") from None
+        if not isinstance(cb, Callback):
+            raise ConfigError(f"callbacks: {spec.path} is not an ecotrain Callback")
+        out.append(cb)
+    return out
+
+
 def save_weights(path: Path, model_or_sd) -> None:
     sd = model_or_sd.state_dict() if isinstance(model_or_sd, nn.Module) else model_or_sd
     atomic_write(path, st_save({k: v.detach().cpu().contiguous().clone() for k, v in sd.items()}))
@@ -119,8 +139,13 @@ def versions() -> dict:
 
 def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         loss_fn: Optional[Callable] = None, metrics: Optional[Mapping[str, Callable]] = None,
-        callbacks: Sequence[Callback] = (), run_dir: str | Path | None = None, quiet: bool = False) -> RunResult:
-    """Train `config` end to end. Pass `model`, `data`, `loss_fn`, `metrics` to use your own parts."""
+        callbacks: Sequence[Callback] = (), run_dir: str | Path | None = None, quiet: bool = False,
+        resume: str | Path | None = None, allow_config_change: bool = False,
+        init_from: str | Path | None = None, keep_optimizer: bool = False) -> RunResult:
+    """Train `config` end to end. Pass `model`, `data`, `loss_fn`, `metrics` to use your own parts.
+
+    `resume`: a checkpoint folder to continue from exactly. `init_from`: a checkpoint folder or
+    weights file to start a new run from (its optimizer state too with `keep_optimizer`)."""
     cfg = config
     seed_everything(cfg.seed, cfg.deterministic)
     device = resolve_device(cfg.device)
@@ -141,7 +166,18 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), task,
                        Precision(cfg.precision, device), device, len(sampler), total, run_dir)
     augment = SignalAugment(cfg.data.augment, cfg.seed)
-    cbs = CallbackList([*default_callbacks(cfg, run_dir, bundle.val is not None, quiet), *callbacks])
+    if init_from is not None:
+        resume_mod.init_from(net, opt, Path(init_from), keep_optimizer)
+    cb_list = [*default_callbacks(cfg, run_dir, bundle.val is not None, quiet), *config_callbacks(cfg), *callbacks]
+    logger = next(cb for cb in cb_list if isinstance(cb, MetricsLogger))
+    preemption = Preemption()
+    manager = CheckpointManager(run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.background)
+    cb_list.append(Checkpointer(manager, cfg.checkpoint, lambda st: capture(st, cbs, augment, logger.offset(),
+                                                                            bundle.content_hash), preemption))
+    cbs = CallbackList(cb_list)  # the Checkpointer last: it saves what every other callback did this step
+    if resume is not None:
+        whole = resume_mod.resume_into(state, cbs, augment, Path(resume), bundle.content_hash, allow_config_change)
+        resume_mod.truncate_metrics(logger.path, whole["metrics_offset"])
 
     def evaluate_fn(st: TrainState) -> dict:
         record = {"step": st.step, "epoch": st.epoch}
@@ -150,11 +186,17 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         st.last_eval = record
         return record
 
+    preemption.install()
     try:
         loop.train(state, sampler, bundle.train, cbs, augment, evaluate_fn)
     except BaseException as exc:
         cbs.on_exception(state, exc)
         raise
+    finally:
+        preemption.uninstall()
+    if state.stopped_because == "preempted":  # not finished: no test, no final weights; resume later
+        summary = {"stopped_because": "preempted", "steps": state.step, "checkpoint": state.extra.get("last_checkpoint")}
+        return RunResult(run_dir, summary, net, state)
     summary = finish(state, bundle, run_dir)
     return RunResult(run_dir, summary, net, state)
 

@@ -2,9 +2,10 @@
 
 from ecotrain.callbacks.base import HOOKS, Callback, CallbackList
 from ecotrain.callbacks.best import BestTracker, EarlyStopping
+from ecotrain.callbacks.checkpointing import Checkpointer
 from ecotrain.callbacks.divergence import DivergenceGuard
 from ecotrain.callbacks.metrics_log import MetricsLogger
 from ecotrain.callbacks.progress import ProgressBar
 
-__all__ = ["HOOKS", "Callback", "CallbackList", "BestTracker", "EarlyStopping", "DivergenceGuard",
+__all__ = ["HOOKS", "Callback", "CallbackList", "BestTracker", "EarlyStopping", "Checkpointer", "DivergenceGuard",
            "MetricsLogger", "ProgressBar"]

@@ -25,8 +25,12 @@ class MetricsLogger(Callback):
         self._write(record)
         self.file.flush()
 
-    def on_save(self, state, path):
-        self.file.flush()  # lines up to a checkpoint are on disk with it
+    def offset(self) -> int:
+        """Bytes written so far; a checkpoint records it so a resume can cut later lines."""
+        if self.file is None:
+            return self.path.stat().st_size if self.path.exists() else 0
+        self.file.flush()
+        return self.file.tell()
 
     def on_fit_end(self, state):
         if self.file:

@@ -1,0 +1,56 @@
+"""Checkpointing policy: every N steps, every epoch, on the best validation metric, on preemption,
+and once at the end. Saves happen at the end of a step, after its log line and evaluation, so
+a resumed run continues exactly where the saved one stood."""
+
+from __future__ import annotations
+
+from ecotrain.callbacks.base import Callback
+
+
+class Checkpointer(Callback):
+    def __init__(self, manager, cfg, capture_fn, preemption=None):
+        self.manager, self.cfg, self.capture, self.preemption = manager, cfg, capture_fn, preemption
+        self.last_saved_step = -1
+
+    def save(self, state, is_best: bool = False) -> None:
+        if state.step == self.last_saved_step and not is_best:
+            return
+        tensors, meta = self.capture(state)
+        path = self.manager.save(state.step, tensors, meta, is_best)
+        self.last_saved_step = state.step
+        state.extra["last_checkpoint"] = str(path)
+
+    def on_step_end(self, state):
+        if self.preemption is not None and self.preemption.requested:
+            self.save(state)
+            state.stop("preempted")
+            return
+        n = self.cfg.every_n_steps
+        if n and state.step % n == 0:
+            self.save(state)
+
+    def on_eval_end(self, state, record):
+        if self.cfg.on_best and state.best_step == state.step and state.evals_since_best == 0:
+            self.save(state, is_best=True)
+
+    def on_epoch_end(self, state):
+        if self.cfg.every_epoch:
+            self.save(state)
+
+    def on_fit_end(self, state):
+        if state.stopped_because != "preempted" and self.cfg.at_end:
+            self.save(state)
+        self.manager.wait()
+
+    def on_exception(self, state, exc):
+        try:
+            self.manager.wait()
+        except Exception:
+            pass  # the original exception is the one to report
+
+    def state_dict(self):
+        return {"best": str(self.manager.best) if self.manager.best else None}
+
+    def load_state_dict(self, sd):
+        from pathlib import Path
+        self.manager.best = Path(sd["best"]) if sd.get("best") else None

@@ -1,0 +1,155 @@
+"""The checkpoint format on disk: tensors in safetensors, everything else in JSON, no pickle.
+
+A checkpoint is a folder:
+    tensors.safetensors   every tensor of the state, under a dotted path ("model/fc.weight")
+    meta.json             the rest of the state, tensors replaced by {"__tensor__": path}
+    MANIFEST.json         sha256 and size of both files; written last, so its presence means complete
+
+Writes go to a hidden temporary folder, each file fsynced, the manifest last, then one rename:
+a process killed mid-save leaves only the temporary folder, which readers ignore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save as st_save
+
+from ecotrain.errors import CheckpointError
+from ecotrain.rundir import fsync_dir
+
+FORMAT = "ecotrain-checkpoint/1"
+FILES = ("tensors.safetensors", "meta.json")
+MANIFEST = "MANIFEST.json"
+PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
+
+
+def flatten(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> Any:
+    """Move every tensor of a nested structure into `tensors`; return a JSON-able skeleton."""
+    if isinstance(obj, torch.Tensor):
+        tensors[path] = obj.detach().cpu().contiguous()
+        return {"__tensor__": path}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: flatten(v, tensors, f"{path}/{k}" if path else k) for k, v in obj.items()}
+        return {"__items__": [[k, flatten(v, tensors, f"{path}/{k}")] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise CheckpointError(f"checkpoint: cannot store a {type(obj).__name__} at '{path}' (only tensors and JSON values)")
+
+
+def unflatten(skel: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(skel, dict):
+        if "__tensor__" in skel:
+            return tensors[skel["__tensor__"]]
+        if "__items__" in skel:
+            return {k: unflatten(v, tensors) for k, v in skel["__items__"]}
+        if "__tuple__" in skel:
+            return tuple(unflatten(v, tensors) for v in skel["__tuple__"])
+        return {k: unflatten(v, tensors) for k, v in skel.items()}
+    if isinstance(skel, list):
+        return [unflatten(v, tensors) for v in skel]
+    return skel
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+    """Atomically create `folder` holding `tensors` and `meta`. Raises CheckpointError on failure,
+    leaving any earlier checkpoint untouched and no partial folder behind."""
+    folder = Path(folder)
+    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _write(tmp / "tensors.safetensors", st_save(tensors))
+        _write(tmp / "meta.json", json.dumps(meta, sort_keys=True).encode())
+        manifest = {"format": FORMAT, "step": meta.get("position", {}).get("step"),
+                    "files": {n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in FILES}}
+        _write(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
+        fsync_dir(tmp)
+        if folder.exists():  # re-saving the same step (e.g. after a resume): replace it whole
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+        fsync_dir(folder.parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {folder}: {exc.strerror or exc}; "
+                              "earlier checkpoints are intact") from None
+    return folder
+
+
+def verify_checkpoint(folder: Path) -> dict:
+    """Check a checkpoint folder without loading it: manifest, no stray or pickle files, checksums."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST}); it was interrupted mid-save")
+    for p in folder.iterdir():
+        if p.name not in (*FILES, MANIFEST):
+            with open(p, "rb") as f:
+                head = f.read(2)
+            is_pickle = p.suffix in PICKLE_SUFFIXES or (len(head) == 2 and head[0] == 0x80 and head[1] <= 5) or head == b"PK"
+            kind = "a pickle file" if is_pickle else "an unexpected file"
+            raise CheckpointError(f"{folder}: holds {kind} '{p.name}'; ecotrain checkpoints contain no pickles "
+                                  "and nothing outside the manifest, so this folder is refused")
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except ValueError:
+        raise CheckpointError(f"{folder}: {MANIFEST} is not valid JSON") from None
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{folder}: format {manifest.get('format')!r} is not {FORMAT!r}")
+    for name, info in manifest["files"].items():
+        p = folder / name
+        if not p.is_file():
+            raise CheckpointError(f"{folder}: {name} is missing")
+        if p.stat().st_size != info["bytes"] or _sha256(p) != info["sha256"]:
+            raise CheckpointError(f"{folder}: {name} does not match its checksum (corrupt or truncated)")
+    return manifest
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """Verify, then load `(tensors, meta)`. Never unpickles anything."""
+    verify_checkpoint(folder)
+    tensors = load_file(str(Path(folder) / "tensors.safetensors"))
+    meta = json.loads((Path(folder) / "meta.json").read_text())
+    return tensors, meta
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    """Import plain weights: a .safetensors file, or a PyTorch state_dict file loaded with
+    `weights_only=True` (tensors and plain containers only: no code runs)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return load_file(str(path))
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # weights_only refuses arbitrary objects with an UnpicklingError
+        raise CheckpointError(f"{path}: not a plain state_dict loadable with weights_only=True ({type(exc).__name__})") from None
+    if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
+        sd = sd["state_dict"]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensors (a model state_dict)")
+    return sd

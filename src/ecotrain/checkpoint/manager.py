@@ -1,0 +1,99 @@
+"""Where checkpoints live in a run folder, which to keep, writing in the background, finding the
+newest valid one."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+from ecotrain.checkpoint.format import read_checkpoint, verify_checkpoint, write_checkpoint
+from ecotrain.errors import CheckpointError
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _step_of(p: Path) -> int:
+    return int(p.name.split("-")[1])
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete-looking checkpoint folders, newest first (temporary folders are skipped)."""
+    d = checkpoint_dir(run_dir)
+    if not d.is_dir():
+        return []
+    found = [p for p in d.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    return sorted(found, key=_step_of, reverse=True)
+
+
+def latest_valid(run_dir: Path, warn=print) -> Optional[Path]:
+    """The newest checkpoint that verifies; each newer broken one is reported and skipped."""
+    for p in list_checkpoints(run_dir):
+        try:
+            verify_checkpoint(p)
+            return p
+        except CheckpointError as exc:
+            warn(f"ecotrain: warning: skipping checkpoint: {exc}")
+    return None
+
+
+class CheckpointManager:
+    """Writes checkpoints (optionally in a background thread) and keeps the last K plus the best."""
+
+    def __init__(self, run_dir: Path, keep_last: int = 2, background: bool = False):
+        self.dir = checkpoint_dir(run_dir)
+        self.keep_last, self.background = keep_last, background
+        self.best: Optional[Path] = None
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def save(self, step: int, tensors: dict, meta: dict, is_best: bool = False) -> Path:
+        self.wait()  # one save in flight at a time; also surfaces a failed background save
+        self.dir.mkdir(parents=True, exist_ok=True)
+        folder = self.dir / f"step-{step:08d}"
+        if self.background:
+            self._thread = threading.Thread(target=self._run, args=(folder, tensors, meta, is_best), daemon=True)
+            self._thread.start()
+        else:
+            self._write(folder, tensors, meta, is_best)
+        return folder
+
+    def _run(self, folder, tensors, meta, is_best) -> None:
+        try:
+            self._write(folder, tensors, meta, is_best)
+        except BaseException as exc:  # re-raised in the training thread by wait()
+            self._error = exc
+
+    def _write(self, folder, tensors, meta, is_best) -> None:
+        write_checkpoint(folder, tensors, meta)
+        if is_best:
+            self.best = folder
+        self._prune()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _prune(self) -> None:
+        keep = set(list_checkpoints(self.dir.parent)[: self.keep_last])
+        if self.best is not None:
+            keep.add(self.best)
+        for p in list_checkpoints(self.dir.parent):
+            if p not in keep:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def load(folder: Path):
+    return read_checkpoint(folder)
+
+
+def warn(msg: str) -> None:
+    print(msg, file=sys.stderr)

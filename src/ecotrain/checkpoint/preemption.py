@@ -1,0 +1,34 @@
+"""SIGTERM / SIGINT: finish the current step, checkpoint, exit with EXIT_PREEMPTED (75).
+
+The handler only sets a flag; the Checkpointer acts on it at the end of the step, so a signal
+never interrupts a half-done optimizer update or a half-written file. A second SIGINT aborts."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+
+class Preemption:
+    def __init__(self):
+        self.requested: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # asked twice: stop now
+        self.requested = name
+        print(f"\necotrain: {name} received; finishing this step, then checkpoint and exit", file=sys.stderr)
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals can only be handled on the main thread
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

@@ -1,0 +1,108 @@
+"""What "the whole state" of a run is, as one (tensors, meta) pair, and how to put it back.
+
+Model, optimizer, LR schedule, precision (grad scaler), position (step, epoch, batch in epoch),
+every RNG (Python, NumPy, torch CPU, CUDA, the augmentation generator), best weights and the
+callbacks' own state, the log window, the resolved config and the dataset's content hash.
+The sampler needs nothing: its order is a function of (seed, epoch).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ecotrain.checkpoint.format import flatten, unflatten
+from ecotrain.errors import CheckpointError
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    py = random.getstate()
+    return {
+        "python": {"version": py[0], "state": list(py[1]), "gauss": py[2]},
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(s: dict) -> None:
+    random.setstate((s["python"]["version"], tuple(s["python"]["state"]), s["python"]["gauss"]))
+    n = s["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(s["torch"])
+    if s["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tuple[dict, dict]:
+    """Snapshot the run as (tensors, meta). Tensors are copied to CPU, so a background writer may
+    take its time while training goes on."""
+    whole = {
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scheduler": state.scheduler.state_dict(),
+        "precision": state.precision.state_dict(),
+        "rng": rng_state(),
+        "augment": augment.state_dict(),
+        "callbacks": cbs.state_dict(),
+        "position": state.position(),
+        "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
+                 "weights": state.best_weights},
+        "window_losses": torch.stack(state.window_losses) if state.window_losses else None,
+        "last_log": state.last_log, "last_eval": state.last_eval,
+        "train_seconds": state.train_seconds, "extra": state.extra,
+        "config": state.config.to_dict(), "dataset_hash": dataset_hash,
+        "metrics_offset": metrics_offset, "env": environment(state),
+    }
+    tensors: dict[str, torch.Tensor] = {}
+    meta = flatten(whole, tensors)
+    tensors = {k: v.clone() for k, v in tensors.items()}  # own the bytes: training mutates params in place
+    return tensors, meta
+
+
+def environment(state) -> dict:
+    """What, when it differs on resume, can break bit-exactness."""
+    return {"torch": torch.__version__, "device": state.device.type, "deterministic": state.config.deterministic,
+            "threads": torch.get_num_threads(), "world_size": state.extra.get("world_size", 1)}
+
+
+def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict:
+    """Load a captured state into freshly built parts. Returns the full (unflattened) state dict."""
+    whole = unflatten(meta, tensors)
+    load_model_weights(state.model, whole["model"], where)
+    state.optimizer.load_state_dict(whole["optimizer"])
+    state.scheduler.load_state_dict(whole["scheduler"])
+    state.precision.load_state_dict(whole["precision"])
+    augment.load_state_dict(whole["augment"])
+    cbs.load_state_dict(whole["callbacks"])
+    pos = whole["position"]
+    state.step, state.epoch, state.batch_in_epoch, state.samples_seen = (
+        pos["step"], pos["epoch"], pos["batch_in_epoch"], pos["samples_seen"])
+    b = whole["best"]
+    state.best_metric, state.best_step, state.evals_since_best, state.best_weights = (
+        b["metric"], b["step"], b["evals_since"], b["weights"])
+    wl = whole["window_losses"]
+    state.window_losses = list(wl.to(state.device).unbind()) if wl is not None else []
+    state.last_log, state.last_eval = whole["last_log"], whole["last_eval"]
+    state.train_seconds, state.extra = whole["train_seconds"], whole["extra"]
+    set_rng_state(whole["rng"])  # last: nothing above may draw random numbers after it
+    return whole
+
+
+def load_model_weights(model, saved: dict, where) -> None:
+    """`model.load_state_dict(saved)`, or one clear error naming the keys that do not match."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(f"{where}: weights are for a different model: missing keys {missing[:5]}, "
+                              f"unexpected keys {unexpected[:5]} (model has {len(own)} tensors, file {len(saved)})")
+    shapes = [f"{k}: {tuple(saved[k].shape)} in file vs {tuple(v.shape)} in model"
+              for k, v in own.items() if tuple(saved[k].shape) != tuple(v.shape)]
+    if shapes:
+        raise CheckpointError(f"{where}: weights are for a different model: shape mismatch in {shapes[:5]}")
+    model.load_state_dict(saved)

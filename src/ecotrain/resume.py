@@ -1,0 +1,66 @@
+"""Continuing a run (`resume`) and starting one from another's weights (`init_from`).
+
+Resume refuses a changed config or dataset unless asked (`allow_config_change`), and warns when
+the environment differs in ways that break bit-exactness (torch version, device, threads)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint
+from ecotrain.checkpoint.state import environment, load_model_weights, restore
+from ecotrain.config import diff_configs
+from ecotrain.errors import CheckpointError, ConfigError
+
+
+def _warn(msg: str) -> None:
+    print(f"ecotrain: warning: {msg}", file=sys.stderr)
+
+
+def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_config_change: bool) -> dict:
+    tensors, meta = read_checkpoint(folder)
+    changes = diff_configs(meta["config"], state.config.to_dict())
+    if meta.get("dataset_hash") != dataset_hash:
+        changes.append(f"dataset content hash: {meta.get('dataset_hash')} -> {dataset_hash}")
+    if changes and not allow_config_change:
+        raise ConfigError(f"resume from {folder}: the config differs from the checkpoint's: " + "; ".join(changes)
+                          + ". Pass --allow-config-change to resume anyway")
+    if changes:
+        _warn(f"resuming with changes (not bit-exact): {'; '.join(changes)}")
+    saved_env, now = meta.get("env", {}), environment(state)
+    drift = [f"{k}: {saved_env[k]} -> {now[k]}" for k in now if k in saved_env and saved_env[k] != now[k]]
+    if drift:
+        _warn(f"resume environment differs, so the result may not be bit-identical: {'; '.join(drift)}")
+    whole = restore(state, cbs, augment, tensors, meta, folder)
+    return whole
+
+
+def truncate_metrics(path: Path, offset: int) -> None:
+    """Drop metrics.jsonl lines written after the checkpoint (the killed run's last steps)."""
+    if path.exists() and path.stat().st_size > offset:
+        with open(path, "r+b") as f:
+            f.truncate(offset)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: bool) -> None:
+    """Load weights from a checkpoint folder, a .safetensors file or a plain state_dict file."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"--init-from {path}: not found")
+    if path.is_dir():
+        from ecotrain.checkpoint.format import unflatten
+        tensors, meta = read_checkpoint(path)
+        whole = unflatten(meta, tensors)
+        load_model_weights(model, whole["model"], path)
+        if keep_optimizer:
+            optimizer.load_state_dict(whole["optimizer"])
+        return
+    if keep_optimizer:
+        raise ConfigError(f"--keep-optimizer: {path} is a weights file; only a checkpoint folder holds optimizer state")
+    load_model_weights(model, load_state_dict_file(path), path)

@@ -1,0 +1,96 @@
+"""Kill a real `ecotrain fit` with real signals, resume, and compare bytes with an uninterrupted run."""
+
+import json
+import random
+import signal
+
+import pytest
+import yaml
+
+RECIPE = {
+    "name": "resume_test", "seed": 3,
+    "data": {"name": "digits", "batch_size": 32, "val_split": 0.15, "augment": {"noise": 0.05, "scale": 0.1}},
+    "model": {"name": "mlp", "kwargs": {"hidden": [32]}, "dropout": 0.2},  # dropout: the torch RNG matters
+    "optim": {"lr": 3e-3, "weight_decay": 0.01},
+    "schedule": {"name": "cosine", "warmup": 5},
+    "loop": {"max_steps": 70, "max_epochs": None, "log_every": 5, "eval_every": 10},
+    "early_stopping": {"enabled": True, "monitor": "val_accuracy", "mode": "max", "patience": 50},
+    "checkpoint": {"every_n_steps": 4},
+}
+
+
+def _recipe(tmp_path, callbacks=()):
+    tree = dict(RECIPE, callbacks=list(callbacks))
+    p = tmp_path / f"recipe-{len(list(tmp_path.iterdir()))}.yaml"
+    p.write_text(yaml.safe_dump(tree))
+    return p
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run."""
+    from conftest import run_cli
+    d = tmp_path_factory.mktemp("ref")
+    r = run_cli("fit", _recipe(d), "--run-dir", d / "run", "--quiet")
+    assert r.returncode == 0, r.stderr
+    return d / "run"
+
+
+def _same_as_reference(run, reference):
+    assert (run / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
+    assert (run / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
+    a, b = (json.loads((p / "summary.json").read_text()) for p in (run, reference))
+    for k in ("test_accuracy", "best_val_metric", "best_step", "steps", "val_loss"):
+        assert a[k] == b[k], k
+
+
+def _kill_then_resume(cli, tmp_path, reference, callback, expect_rc):
+    run = tmp_path / "run"
+    recipe = _recipe(tmp_path, [callback])
+    r = cli("fit", recipe, "--run-dir", run, "--quiet")
+    assert r.returncode == expect_rc, (r.returncode, r.stderr)
+    # the restarted job: same command with --resume auto, without the killer
+    r = cli("fit", _recipe(tmp_path), "--run-dir", run, "--resume", "auto", "--quiet", "--allow-config-change")
+    assert r.returncode == 0, r.stderr
+    return run, r
+
+
+@pytest.mark.parametrize("step", sorted(random.Random(20261202).sample(range(2, 69), 3)))
+def test_sigkill_at_random_step_resumes_bit_exact(cli, tmp_path, reference, step):
+    run, r = _kill_then_resume(cli, tmp_path, reference,
+                               {"path": "tests.helpers.killer:KillAt", "kwargs": {"step": step}}, -signal.SIGKILL)
+    assert ("resuming from" in r.stderr) == (step >= 4)
+    _same_as_reference(run, reference)
+
+
+def test_sigkill_during_a_save_keeps_previous_checkpoint(cli, tmp_path, reference):
+    run = tmp_path / "run"
+    r = cli("fit", _recipe(tmp_path, [{"path": "tests.helpers.killer:KillDuringSave", "kwargs": {"step": 30}}]),
+            "--run-dir", run, "--quiet")
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    leftovers = [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers, "the kill did not land inside a save"
+    r = cli("fit", _recipe(tmp_path), "--run-dir", run, "--resume", "auto", "--quiet", "--allow-config-change")
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(run, reference)
+
+
+def test_sigterm_checkpoints_exits_75_and_resumes_exact(cli, tmp_path, reference):
+    run, r = _kill_then_resume(cli, tmp_path, reference,
+                               {"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 37, "sig": "SIGTERM"}}, 75)
+    assert "resuming from" in r.stderr and "step-00000037" in r.stderr  # the preemption checkpoint
+    _same_as_reference(run, reference)
+
+
+def test_resume_command_continues_a_preempted_run(cli, tmp_path, reference):
+    run = tmp_path / "run"
+    r = cli("fit", _recipe(tmp_path, [{"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 21, "sig": "SIGINT"}}]),
+            "--run-dir", run, "--quiet")
+    assert r.returncode == 75 and "ecotrain resume" in r.stdout
+    # `ecotrain resume` reads the run's config.yaml, which names the killer: drop it as a user would
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["callbacks"] = []
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    r = cli("resume", run, "--quiet", "--allow-config-change")
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(run, reference)
