@@ -35,14 +35,17 @@ def flatten(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> Any:
     if isinstance(obj, torch.Tensor):
         tensors[path] = obj.detach().cpu().contiguous()
         return {"__tensor__": path}
+    def sub(key) -> str:
+        return f"{path}/{key}" if path else str(key)
+
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj):
-            return {k: flatten(v, tensors, f"{path}/{k}" if path else k) for k, v in obj.items()}
-        return {"__items__": [[k, flatten(v, tensors, f"{path}/{k}")] for k, v in obj.items()]}
+            return {k: flatten(v, tensors, sub(k)) for k, v in obj.items()}
+        return {"__items__": [[k, flatten(v, tensors, sub(k))] for k, v in obj.items()]}
     if isinstance(obj, tuple):
-        return {"__tuple__": [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(obj)]}
+        return {"__tuple__": [flatten(v, tensors, sub(i)) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
-        return [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(obj)]
+        return [flatten(v, tensors, sub(i)) for i, v in enumerate(obj)]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise CheckpointError(f"checkpoint: cannot store a {type(obj).__name__} at '{path}' (only tensors and JSON values)")
