@@ -102,17 +102,16 @@ def test_changed_config_is_refused_unless_allowed(tiny_cfg, tmp_path, capsys):
 
 def test_failed_save_keeps_previous_and_stops_with_a_clear_error(tiny_cfg, tmp_path, monkeypatch):
     import ecotrain.checkpoint.format as fmt
-    real = fmt._write
+    real = fmt._write_tensors
     calls = {"n": 0}
 
-    def flaky(path, data):
-        if path.name == "tensors.safetensors":
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, data)
+    def flaky(path, tensors):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, tensors)
 
-    monkeypatch.setattr(fmt, "_write", flaky)
+    monkeypatch.setattr(fmt, "_write_tensors", flaky)
     with pytest.raises(CheckpointError, match="No space left on device; earlier checkpoints are intact"):
         _run(tiny_cfg, tmp_path)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020", "step-00000010"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save as st_save
+from safetensors.torch import load_file, save_file
 
 from ecotrain.errors import CheckpointError
 from ecotrain.rundir import fsync_dir
@@ -80,6 +80,15 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _write_tensors(path: Path, tensors: dict) -> None:
+    save_file(tensors, str(path))  # written by safetensors' Rust code, mostly outside the GIL
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
     """Atomically create `folder` holding `tensors` and `meta`. Raises CheckpointError on failure,
     leaving any earlier checkpoint untouched and no partial folder behind."""
@@ -88,7 +97,7 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict)
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        _write(tmp / "tensors.safetensors", st_save(tensors))
+        _write_tensors(tmp / "tensors.safetensors", tensors)
         _write(tmp / "meta.json", json.dumps(meta, sort_keys=True).encode())
         manifest = {"format": FORMAT, "step": meta.get("position", {}).get("step"),
                     "files": {n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in FILES}}
