@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ecotrain.errors import CheckpointError
@@ -107,9 +108,10 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict)
             shutil.rmtree(folder)
         os.replace(tmp, folder)
         fsync_dir(folder.parent)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports I/O errors as its own type
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write checkpoint {folder}: {exc.strerror or exc}; "
+        reason = getattr(exc, "strerror", None) or str(exc).rsplit("I/O error: ", 1)[-1]
+        raise CheckpointError(f"could not write checkpoint {folder}: {reason}; "
                               "earlier checkpoints are intact") from None
     return folder
 
