@@ -24,11 +24,26 @@ def _parser() -> argparse.ArgumentParser:
                    "or a state_dict file read with weights_only=True)")
     f.add_argument("--keep-optimizer", action="store_true", help="with --init-from a checkpoint: keep its optimizer state")
     f.add_argument("--allow-config-change", action="store_true", help="resume even though the config changed (listed)")
+    pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
+    pl.add_argument("recipe")
+    pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
     r = sub.add_parser("resume", help="continue a run from its newest valid checkpoint")
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", help="dotted overrides (need --allow-config-change)")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--allow-config-change", action="store_true")
+    lg = sub.add_parser("ledger", help="print a run's cost ledger; --regions restates its CO2e on other grids")
+    lg.add_argument("run_dir")
+    lg.add_argument("--regions", help="comma-separated country codes, e.g. SE,FR,US,PL")
+    c = sub.add_parser("compare", help="baseline vs candidate runs: cost table and verdict (exit 0 pass, 1 fail)")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE CANDIDATE; each may be a comma list of run "
+                   "folders (seeds), e.g. a1,a2,a3 b1,b2,b3")
+    c.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline run folders (instead of the positionals)")
+    c.add_argument("--candidate", nargs="+", metavar="RUN", help="candidate run folders")
+    c.add_argument("--max-accuracy-drop", type=float, default=0.01, help="absolute (default 0.01)")
+    c.add_argument("--min-cost-cut", type=float, default=0.5, help="fraction of the baseline's cost (default 0.5)")
+    c.add_argument("--by", default="co2e", choices=["flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost"])
+    c.add_argument("--metric", default="test_accuracy", help="summary.json key (default test_accuracy)")
     return p
 
 
@@ -80,6 +95,8 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
                  init_from=init_from, keep_optimizer=keep_optimizer)
     s = result.summary
+    if not result.state.dist.is_main:  # under torchrun, rank 0 alone reports
+        return EXIT_PREEMPTED if s["stopped_because"] == "preempted" else 0
     if s["stopped_because"] == "preempted":
         print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}")
         print(f"continue with: ecotrain resume {result.run_dir}")
@@ -89,10 +106,52 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     if "test_accuracy" in s:
         print(f"test_accuracy: {s['test_accuracy']:.4f}")
     print(f"run folder: {result.run_dir}")
+    if (result.run_dir / "ledger.json").is_file():
+        from ecotrain.accounting import read_ledger, summary_line
+
+        print(summary_line(read_ledger(result.run_dir)))
     return EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
 
 
-COMMANDS = {"fit": cmd_fit, "resume": cmd_resume}
+def cmd_plan(args) -> int:
+    from ecotrain.config import load_config
+    from ecotrain.plan import format_plan, make_plan
+
+    cfg = load_config(args.recipe, args.overrides)
+    print(format_plan(cfg, *make_plan(cfg)))
+    return 0
+
+
+def cmd_ledger(args) -> int:
+    from ecotrain.accounting import read_ledger
+    from ecotrain.accounting.report import format_ledger, restate
+
+    ledger = read_ledger(args.run_dir)
+    print(format_ledger(ledger))
+    if args.regions:
+        print()
+        print(restate(ledger, [r for r in args.regions.split(",") if r.strip()]))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from ecotrain.accounting.compare import compare, split_runs
+
+    base, cand = split_runs(args.baseline), split_runs(args.candidate)
+    pos = list(args.runs)
+    if not base and pos:
+        base = split_runs([pos.pop(0)])
+    if not cand and pos:
+        cand = split_runs([pos.pop(0)])
+    if pos or not base or not cand:
+        raise ConfigError("compare: give BASELINE CANDIDATE (each a run folder or a comma list), "
+                          "or --baseline RUN... --candidate RUN...")
+    report, ok = compare(base, cand, args.max_accuracy_drop, args.min_cost_cut, args.by, args.metric)
+    print(report)
+    return 0 if ok else 1
+
+
+COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cmd_ledger, "compare": cmd_compare}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,13 +25,14 @@ def micro_batches(x, y, n_micro: int):
 
 def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
     """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss."""
-    model, prec = state.model, state.precision
+    model, prec, dist = state.model, state.precision, state.dist
     total_units = state.task.units(y) if n_micro > 1 else None
     loss_sum = None
-    for xm, ym in micro_batches(x, y, n_micro):
-        with prec.autocast():
-            loss = normalized_loss(state.task, model(xm), ym, total_units)
-        prec.backward(loss)
+    for i, (xm, ym) in enumerate(micro_batches(x, y, n_micro)):
+        with dist.grad_sync(model, last=i == n_micro - 1):  # DDP/FSDP: all-reduce on the last only
+            with prec.autocast():
+                loss = normalized_loss(state.task, model(xm), ym, total_units)
+            prec.backward(loss)
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     return loss_sum
 
@@ -114,15 +115,17 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
 
 
 def log_record(state) -> dict:
-    loss = float(torch.stack(state.window_losses).mean())  # the one host sync per log interval
+    mean = torch.stack(state.window_losses).mean()
+    loss = float(state.dist.all_reduce_sum(mean)) / state.dist.world_size  # the one host sync per log interval
     state.window_losses = []
     state.last_log = {"step": state.step, "epoch": state.epoch, "loss": loss, "lr": state.lr}
     return state.last_log
 
 
 @torch.inference_mode()
-def evaluate(model, source, task, batch_size: int, device, precision=None, prefix: str = "val") -> dict:
-    """Mean loss and metrics of `model` over `source`, in eval mode; one host sync at the end."""
+def evaluate(model, source, task, batch_size: int, device, precision=None, prefix: str = "val", dist=None) -> dict:
+    """Mean loss and metrics of `model` over `source`, in eval mode; one host sync at the end.
+    With `dist`, each rank evaluates its shard and the sums are all-reduced."""
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
@@ -138,4 +141,9 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
             sums[k] = sums[k] + v.detach() if k in sums else v.detach()
         units += task.units(y)
     model.train(was_training)
-    return {f"{prefix}_{k}": float(v) / units for k, v in sums.items()}
+    keys = list(sums)
+    packed = torch.stack([sums[k].float() for k in keys] + [torch.tensor(float(units), device=device)])
+    if dist is not None:
+        packed = dist.all_reduce_sum(packed)
+    *values, units = packed.tolist()
+    return {f"{prefix}_{k}": v / units for k, v in zip(keys, values)}

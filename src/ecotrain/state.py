@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ecotrain.config import Config
+from ecotrain.distributed import Dist
 
 
 @dataclass
@@ -27,6 +28,7 @@ class TrainState:
     steps_per_epoch: int
     total_steps: int  # the planned step budget (min of max_steps and max_epochs * steps_per_epoch)
     run_dir: Optional[Path] = None
+    dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
 
     # position
     step: int = 0  # optimizer steps taken

@@ -15,13 +15,19 @@ class Checkpointer(Callback):
     def save(self, state, is_best: bool = False) -> None:
         if state.step == self.last_saved_step and not is_best:
             return
-        tensors, meta = self.capture(state)
-        path = self.manager.save(state.step, tensors, meta, is_best)
+        tensors, meta, shards = self.capture(state)  # every rank: gathering RNG states is a collective
+        if not state.dist.is_main and shards is None:  # DDP: rank 0 writes the (replicated) state
+            self.last_saved_step = state.step
+            return
+        path = self.manager.save(state.step, tensors, meta, is_best, shards, state.dist)
         self.last_saved_step = state.step
         state.extra["last_checkpoint"] = str(path)
 
     def on_step_end(self, state):
-        if self.preemption is not None and self.preemption.requested:
+        requested = self.preemption is not None and bool(self.preemption.requested)
+        if state.dist.world_size > 1:
+            requested = state.dist.any(requested)  # a signal to any rank stops all ranks at this step
+        if requested:
             self.save(state)
             state.stop("preempted")
             return

@@ -15,7 +15,8 @@ class DivergenceGuard(Callback):
     def on_after_backward(self, state):
         if self.check_every > 1 and state.step % self.check_every:
             return
-        loss = state.loss.item()  # a host sync on GPUs; check_every > 1 amortises it
+        loss = state.dist.all_reduce_sum(state.loss).item()  # a host sync (and, under DDP, a collective: all
+        # ranks must agree to stop); check_every > 1 amortises it
         if loss - loss == 0:  # finite (inf - inf and nan - nan are nan)
             return
         where = f"step {state.step + 1} (epoch {state.epoch + 1})"

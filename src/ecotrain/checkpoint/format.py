@@ -90,20 +90,25 @@ def _write_tensors(path: Path, tensors: dict) -> None:
         os.close(fd)
 
 
-def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
+                     extra_files: list[str] = (), staged: Path | None = None) -> Path:
     """Atomically create `folder` holding `tensors` and `meta`. Raises CheckpointError on failure,
-    leaving any earlier checkpoint untouched and no partial folder behind."""
+    leaving any earlier checkpoint untouched and no partial folder behind. `staged`: a temporary
+    folder already holding `extra_files` (the shards of a sharded checkpoint)."""
     folder = Path(folder)
-    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    tmp = staged or folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        if staged is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
         _write_tensors(tmp / "tensors.safetensors", tensors)
         _write(tmp / "meta.json", json.dumps(meta, sort_keys=True).encode())
+        names = [*FILES, *extra_files]
         manifest = {"format": FORMAT, "step": meta.get("position", {}).get("step"),
-                    "files": {n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in FILES}}
+                    "files": {n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in names}}
         _write(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
-        fsync_dir(tmp)
+        for d in {(tmp / n).parent for n in names}:
+            fsync_dir(d)
         if folder.exists():  # re-saving the same step (e.g. after a resume): replace it whole
             shutil.rmtree(folder)
         os.replace(tmp, folder)
@@ -121,13 +126,18 @@ def verify_checkpoint(folder: Path) -> dict:
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST}); it was interrupted mid-save")
-    for p in folder.iterdir():
-        if p.name not in (*FILES, MANIFEST):
+    try:
+        listed = set(json.loads((folder / MANIFEST).read_text()).get("files", {}))
+    except (ValueError, AttributeError):
+        listed = set(FILES)
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_file() and rel not in (*listed, MANIFEST):
             with open(p, "rb") as f:
                 head = f.read(2)
             is_pickle = p.suffix in PICKLE_SUFFIXES or (len(head) == 2 and head[0] == 0x80 and head[1] <= 5) or head == b"PK"
             kind = "a pickle file" if is_pickle else "an unexpected file"
-            raise CheckpointError(f"{folder}: holds {kind} '{p.name}'; ecotrain checkpoints contain no pickles "
+            raise CheckpointError(f"{folder}: holds {kind} '{rel}'; ecotrain checkpoints contain no pickles "
                                   "and nothing outside the manifest, so this folder is refused")
     try:
         manifest = json.loads((folder / MANIFEST).read_text())

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ecotrain.checkpoint.format import read_checkpoint, verify_checkpoint, write_checkpoint
+from ecotrain.checkpoint.sharded import write_sharded
 from ecotrain.errors import CheckpointError
 
 
@@ -51,11 +52,16 @@ class CheckpointManager:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
 
-    def save(self, step: int, tensors: dict, meta: dict, is_best: bool = False) -> Path:
+    def save(self, step: int, tensors: dict, meta: dict, is_best: bool = False, shards=None, dist=None) -> Path:
         self.wait()  # one save in flight at a time; also surfaces a failed background save
         self.dir.mkdir(parents=True, exist_ok=True)
         folder = self.dir / f"step-{step:08d}"
-        if self.background:
+        if shards is not None:  # FSDP: every rank writes its shard, together (synchronously)
+            write_sharded(folder, tensors, meta, shards, dist)
+            if dist.is_main:
+                self.best = folder if is_best else self.best
+                self._prune()
+        elif self.background:
             self._thread = threading.Thread(target=self._run, args=(folder, tensors, meta, is_best), daemon=True)
             self._thread.start()
         else:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import flatten, unflatten
 from ecotrain.errors import CheckpointError
 
@@ -42,9 +43,15 @@ def set_rng_state(s: dict) -> None:
 def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tuple[dict, dict]:
     """Snapshot the run as (tensors, meta). Tensors are copied to CPU, so a background writer may
     take its time while training goes on."""
+    ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict()})
+    if state.dist.strategy == "fsdp":
+        model_sd, optim_sd = sharded.model_optim_state(state.model, state.optimizer)
+    else:
+        model_sd, optim_sd = state.dist.unwrap(state.model).state_dict(), state.optimizer.state_dict()
     whole = {
-        "model": state.model.state_dict(),
-        "optimizer": state.optimizer.state_dict(),
+        "model": model_sd,
+        "ranks": ranks if len(ranks) > 1 else None,  # each rank's own RNG and augmentation state
+        "optimizer": optim_sd,
         "scheduler": state.scheduler.state_dict(),
         "precision": state.precision.state_dict(),
         "rng": rng_state(),
@@ -59,10 +66,14 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tupl
         "config": state.config.to_dict(), "dataset_hash": dataset_hash,
         "metrics_offset": metrics_offset, "env": environment(state),
     }
+    big = None
+    if state.dist.strategy == "fsdp":  # model, optimizer, best weights: one shard per rank, via DCP
+        big, whole = sharded.split(whole)
+        big = {k: v.clone() for k, v in big.items()}
     tensors: dict[str, torch.Tensor] = {}
     meta = flatten(whole, tensors)
     tensors = {k: v.clone() for k, v in tensors.items()}  # own the bytes: training mutates params in place
-    return tensors, meta
+    return tensors, meta, big
 
 
 def environment(state) -> dict:
@@ -73,12 +84,19 @@ def environment(state) -> dict:
 
 def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict:
     """Load a captured state into freshly built parts. Returns the full (unflattened) state dict."""
+    skeleton = meta.pop("sharded", None)  # refers to the shards, not to tensors.safetensors
     whole = unflatten(meta, tensors)
-    load_model_weights(state.model, whole["model"], where)
-    state.optimizer.load_state_dict(whole["optimizer"])
+    if skeleton is not None:  # DCP reshards to this run's world size
+        big = sharded.load_into(where, state.model, state.optimizer, skeleton)
+        whole["best"]["weights"] = big["best_weights"]
+    else:
+        load_model_weights(state.dist.unwrap(state.model), whole["model"], where)
+        state.optimizer.load_state_dict(whole["optimizer"])
     state.scheduler.load_state_dict(whole["scheduler"])
     state.precision.load_state_dict(whole["precision"])
-    augment.load_state_dict(whole["augment"])
+    mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"]}])
+    mine = mine[state.dist.rank] if state.dist.rank < len(mine) else mine[0]
+    augment.load_state_dict(mine["augment"])
     cbs.load_state_dict(whole["callbacks"])
     pos = whole["position"]
     state.step, state.epoch, state.batch_in_epoch, state.samples_seen = (
@@ -90,7 +108,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict
     state.window_losses = list(wl.to(state.device).unbind()) if wl is not None else []
     state.last_log, state.last_eval = whole["last_log"], whole["last_eval"]
     state.train_seconds, state.extra = whole["train_seconds"], whole["extra"]
-    set_rng_state(whole["rng"])  # last: nothing above may draw random numbers after it
+    set_rng_state(mine["rng"])  # last: nothing above may draw random numbers after it
     return whole
 
 

@@ -1,0 +1,199 @@
+"""Data parallelism on PyTorch's own engine, launched by torchrun: DDP, or FSDP2 (`fully_shard`).
+
+`setup()` reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) and returns
+a `Dist`; a single process gets the no-op base class, so the loop calls the same lines either way:
+`dist.grad_sync(model, last)` around each micro-batch (no all-reduce before the last one),
+`dist.all_reduce_sum` for metrics, `dist.any` to agree on a stop, `dist.is_main` for files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+
+import torch
+from torch import nn
+
+from ecotrain.errors import ConfigError, EcotrainError
+
+_NULL = contextlib.nullcontext()
+
+
+class Dist:
+    """One process: every collective is the identity."""
+
+    strategy = "none"
+    rank, world_size, local_rank = 0, 1, 0
+    is_main = True
+
+    def grad_sync(self, model: nn.Module, last: bool):
+        return _NULL
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+    def gather_objects(self, obj) -> list:
+        return [obj]
+
+    def wrap(self, model: nn.Module, cfg) -> nn.Module:
+        return model
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def full_state_dict(self, model: nn.Module) -> dict:
+        return self.unwrap(model).state_dict()
+
+    def eval_view(self, model: nn.Module, source):
+        """(model, source, dist-to-reduce-with) for evaluating `source` on this rank."""
+        return model, source, None
+
+    def barrier(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class TorchDist(Dist):
+    def __init__(self, strategy: str, device: torch.device, timeout_s: float):
+        import torch.distributed as td
+
+        self.td, self.strategy, self.device = td, strategy, device
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.is_main = self.rank == 0
+        if device.type == "cuda":
+            torch.cuda.set_device(self.local_rank)
+        td.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+    def grad_sync(self, model, last):
+        if last:
+            return _NULL
+        if self.strategy == "ddp":
+            return model.no_sync()  # skip the gradient all-reduce on non-final micro-batches
+        return _FsdpNoSync(model)
+
+    def all_reduce_sum(self, t):
+        t = t.clone()
+        self.td.all_reduce(t, op=self.td.ReduceOp.SUM)
+        return t
+
+    def any(self, flag):
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        return bool(self.all_reduce_sum(t).item() > 0)
+
+    def gather_objects(self, obj):
+        out = [None] * self.world_size
+        self.td.all_gather_object(out, obj)
+        return out
+
+    def wrap(self, model, cfg):
+        if self.strategy == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ids = [self.local_rank] if self.device.type == "cuda" else None
+            return DDP(model, device_ids=ids)
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+        kw = {"reshard_after_forward": cfg.fsdp.reshard_after_forward}
+        if cfg.fsdp.cpu_offload:
+            kw["offload_policy"] = CPUOffloadPolicy()
+        for block in shard_units(model):
+            fully_shard(block, **kw)
+        fully_shard(model, **kw)
+        return model
+
+    def unwrap(self, model):
+        return model.module if self.strategy == "ddp" else model
+
+    def full_state_dict(self, model):
+        if self.strategy == "ddp":
+            return model.module.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def eval_view(self, model, source):
+        if self.strategy == "ddp":  # the bare module (no buffer broadcast) on this rank's shard, sums reduced
+            from ecotrain.data import subset
+            return model.module, subset(source, torch.arange(self.rank, len(source), self.world_size)), self
+        return model, source, None  # FSDP: every forward is a collective, so every rank runs them all
+
+    def barrier(self):
+        self.td.barrier()
+
+    def shutdown(self):
+        if self.td.is_initialized():
+            self.td.destroy_process_group()
+
+
+class _FsdpNoSync:
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.model.set_requires_gradient_sync(False)  # FSDP2's no_sync: keep unsharded grads local
+
+    def __exit__(self, *exc):
+        self.model.set_requires_gradient_sync(True)
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The blocks FSDP shards one by one: the children of every ModuleList/Sequential that hold
+    parameters (transformer blocks, MLP layers); the root takes whatever is left."""
+    units = []
+    for m in model.modules():
+        if isinstance(m, (nn.ModuleList, nn.Sequential)):
+            units += [c for c in m.children() if any(True for _ in c.parameters())]
+    return units
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def setup(cfg, device: torch.device) -> Dist:
+    strategy = cfg.distributed.strategy
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if strategy == "none":
+        if world > 1:
+            raise ConfigError(f"distributed.strategy: none, but torchrun started {world} processes; "
+                              "set distributed.strategy=ddp or fsdp")
+        return Dist()
+    if not under_torchrun():
+        raise ConfigError(f"distributed.strategy={strategy}: needs torchrun, e.g. "
+                          f"`torchrun --nproc-per-node 2 -m ecotrain fit RECIPE distributed.strategy={strategy}`")
+    if cfg.data.batch_size % world:
+        raise ConfigError(f"data.batch_size: {cfg.data.batch_size} (the global batch) is not divisible by the "
+                          f"world size {world}; use a multiple of {world}")
+    return TorchDist(strategy, device, cfg.distributed.timeout_seconds)
+
+
+def collective_error(exc: BaseException, dist: Dist) -> EcotrainError | None:
+    """A collective that timed out or lost its peer: one clear line instead of a gloo traceback."""
+    text = str(exc)
+    if dist.world_size > 1 and any(w in text.lower() for w in ("timed out", "timeout", "connection", "peer", "closed")):
+        return EcotrainError(f"rank {dist.rank}: lost contact with the other ranks ({text.splitlines()[0][:160]}); "
+                             "another rank probably died. Restart the job with --resume auto")
+    return None
+
+
+class ShardedSampler:
+    """Rank `r`'s share of each global batch of an EpochSampler: a contiguous slice of
+    `batch/world` indices. The last, incomplete global batch is dropped so that every rank steps
+    on an equal share (DDP averages gradients, which is only the global mean for equal shares)."""
+
+    def __init__(self, base, rank: int, world: int):
+        self.base, self.rank, self.world = base, rank, world
+        self.per_rank = base.batch_size // world
+
+    def __len__(self) -> int:
+        return self.base.n // self.base.batch_size
+
+    def batches(self, epoch: int, start: int = 0):
+        lo, hi = self.rank * self.per_rank, (self.rank + 1) * self.per_rank
+        for b, idx in enumerate(self.base.batches(epoch, start), start):
+            if b >= len(self):
+                return
+            yield idx[lo:hi]
