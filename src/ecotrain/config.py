@@ -131,6 +131,31 @@ class LoggingConfig(_Section):
     progress: Literal["auto", "on", "off"] = "auto"  # auto: on when stderr is a TTY
 
 
+class LedgerConfig(_Section):
+    """The cost ledger (docs/ledger.md): FLOPs, hours, energy, CO2e and money of every run."""
+
+    enabled: bool = True
+    energy: Literal["codecarbon", "off"] = "codecarbon"  # CodeCarbon's OfflineEmissionsTracker; never online
+    country: Optional[str] = Field(None, description="ISO code of the grid (FR or FRA); None: world average")
+    carbon_intensity: Optional[float] = Field(None, ge=0, description="g CO2e/kWh; overrides the country's")
+    pue: float = Field(1.0, ge=1.0, description="data-centre power usage effectiveness")
+    tracking_mode: Literal["process", "machine"] = "process"  # process: this run's CPU share, not the neighbours'
+    sample_seconds: float = Field(2.0, gt=0)  # CodeCarbon's power sampling interval (a background thread)
+    prices: dict[str, float] = Field(default_factory=dict, description="price per device-hour by device name")
+    currency: str = "USD"
+
+
+class BudgetConfig(_Section):
+    """Stop cleanly (`stopped_because: budget:<name>`) once a budget is spent; None: no limit."""
+
+    max_flops: Optional[float] = Field(None, gt=0)  # training + evaluation FLOPs
+    max_wall_seconds: Optional[float] = Field(None, gt=0)
+    max_cpu_hours: Optional[float] = Field(None, gt=0)
+    max_energy_kwh: Optional[float] = Field(None, gt=0)
+    max_co2e_kg: Optional[float] = Field(None, gt=0)
+    max_cost: Optional[float] = Field(None, gt=0)  # in ledger.currency
+
+
 class Config(_Section):
     """A whole run. `ecotrain fit RECIPE key.sub=value ...` builds one of these."""
 
@@ -150,6 +175,18 @@ class Config(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     callbacks: list[CallbackSpec] = Field(default_factory=list)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    @model_validator(mode="after")
+    def _budget_needs_ledger(self) -> "Config":
+        spent = [k for k, v in self.budget.model_dump().items() if v is not None]
+        if spent and not self.ledger.enabled:
+            raise ValueError(f"budget.{spent[0]} needs the ledger (ledger.enabled=true)")
+        energy = [k for k in spent if k in ("max_energy_kwh", "max_co2e_kg")]
+        if energy and self.ledger.energy == "off":
+            raise ValueError(f"budget.{energy[0]} needs energy measurement (ledger.energy=codecarbon)")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -20,6 +20,7 @@ from torch import nn
 
 import ecotrain
 from ecotrain import loop
+from ecotrain.accounting import Ledger, write_ledger
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar)
 from ecotrain.config import Config
@@ -98,7 +99,8 @@ def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
     return min(budgets)
 
 
-def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool) -> list[Callback]:
+def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool,
+                      eval_samples: int = 0) -> list[Callback]:
     es = cfg.early_stopping
     if es.enabled and not has_val:
         raise ConfigError("early_stopping.enabled: needs a validation split (data.val_split > 0 or val data)")
@@ -106,6 +108,8 @@ def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool) ->
                            BestTracker(es.monitor, es.mode, es.min_delta)]
     if es.enabled:
         cbs.append(EarlyStopping(es.patience))
+    if cfg.ledger.enabled:  # before the logger and the bar: it adds cost fields to their records
+        cbs.append(Ledger(cfg.ledger, cfg.budget, eval_samples))
     cbs.append(MetricsLogger(run_dir / "metrics.jsonl"))
     show = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())
     if show and not quiet:
@@ -168,7 +172,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     augment = SignalAugment(cfg.data.augment, cfg.seed)
     if init_from is not None:
         resume_mod.init_from(net, opt, Path(init_from), keep_optimizer)
-    cb_list = [*default_callbacks(cfg, run_dir, bundle.val is not None, quiet), *config_callbacks(cfg), *callbacks]
+    cb_list = [*default_callbacks(cfg, run_dir, bundle.val is not None, quiet,
+                                 len(bundle.val) if bundle.val is not None else 0), *config_callbacks(cfg), *callbacks]
     logger = next(cb for cb in cb_list if isinstance(cb, MetricsLogger))
     preemption = Preemption()
     manager = CheckpointManager(run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.background)
@@ -196,6 +201,7 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         preemption.uninstall()
     if state.stopped_because == "preempted":  # not finished: no test, no final weights; resume later
         summary = {"stopped_because": "preempted", "steps": state.step, "checkpoint": state.extra.get("last_checkpoint")}
+        write_ledger(run_dir, state.extra.pop("ledger", None))  # this segment's cost so far
         return RunResult(run_dir, summary, net, state)
     summary = finish(state, bundle, run_dir)
     return RunResult(run_dir, summary, net, state)
@@ -208,6 +214,7 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
     if state.best_weights is not None and (cfg.early_stopping.restore_best or not cfg.early_stopping.enabled):
         net.load_state_dict(state.best_weights)
     save_weights(run_dir / "model.safetensors", net)
+    ledger = state.extra.pop("ledger", None)  # ledger.json, not summary.json
     summary: dict[str, Any] = {
         "name": cfg.name, "steps": state.step, "epochs": state.epoch, "samples_seen": state.samples_seen,
         "stopped_because": state.stopped_because, "train_seconds": round(state.train_seconds, 4),
@@ -227,6 +234,7 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
     if bundle.test is not None:
         summary.update(loop.evaluate(net, bundle.test, task, bs, dev, state.precision, "test"))
     write_json(run_dir / "summary.json", summary)
+    write_ledger(run_dir, ledger)
     return summary
 
 

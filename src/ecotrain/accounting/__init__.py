@@ -1,0 +1,12 @@
+"""The cost ledger: FLOPs, wall and CPU time, device-hours, energy, CO2e and money of every run,
+budgets that stop a run cleanly, and the comparison of runs with a verdict (docs/ledger.md).
+
+flops.py counts one step exactly; energy.py owns CodeCarbon and grid intensities; prices.py
+device-hours and their price; budget.py limits and the forecast; ledger.py the callback that puts
+them together; report.py reads, prints and restates ledgers; compare.py compares runs.
+"""
+
+from ecotrain.accounting.ledger import Ledger
+from ecotrain.accounting.report import read_ledger, summary_line, write_ledger
+
+__all__ = ["Ledger", "read_ledger", "summary_line", "write_ledger"]

@@ -1,0 +1,218 @@
+"""Energy from CodeCarbon's `OfflineEmissionsTracker` (never a network call) and grid carbon intensity.
+
+CodeCarbon swallows its own exceptions and only logs warnings, so `EnergyMeter` captures its log
+records and checks what came back: a tracker that did not start, a stop that returned nothing, or
+zero kWh all end as `kwh: None` with the reason. Every figure says how it was obtained: `measured`
+(RAPL, NVML, powermetrics counters) or `estimated` (TDP x CPU load, CodeCarbon's RAM model).
+
+Live figures (progress bar, metrics.jsonl) are CodeCarbon's last background sample plus the time
+since then at its last power reading: an estimate between samples, never a new measurement, so a log
+line costs a few attribute reads. The final figure is CodeCarbon's own total at `stop()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Optional
+
+from ecotrain.errors import ConfigError
+
+_NOISE = ("Multiple instances of codecarbon are allowed",)  # v3's default; not news to a user
+
+
+class _Capture(logging.Handler):
+    """Keeps CodeCarbon's warnings and errors (it reports its failures only this way)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            msg = f"{msg} {type(exc).__name__}: {exc}"
+        msg = " ".join(msg.split())[:300]
+        if msg and msg not in self.messages and not msg.startswith(_NOISE) and len(self.messages) < 20:
+            self.messages.append(msg)
+
+
+class EnergyMeter:
+    """Start before training, `live_kwh()` at log intervals, `stop()` once at the end."""
+
+    def __init__(self, country_iso3: Optional[str], pue: float, tracking_mode: str, sample_seconds: float,
+                 gpu_ids: Optional[list] = None):
+        self.country, self.pue, self.tracking_mode = country_iso3, pue, tracking_mode
+        self.sample_seconds, self.gpu_ids = sample_seconds, gpu_ids
+        self.tracker = None
+        self.reason: Optional[str] = None  # why there is no energy figure
+        self.version: Optional[str] = None
+        self._capture = _Capture()
+        self._saved: Optional[tuple] = None
+
+    def _quiet_logger(self) -> None:
+        log = logging.getLogger("codecarbon")
+        self._saved = (log.level, list(log.handlers))
+        log.setLevel(logging.WARNING)
+        log.handlers = [self._capture]
+
+    def _restore_logger(self) -> None:
+        if self._saved is not None:
+            log = logging.getLogger("codecarbon")
+            log.setLevel(self._saved[0])
+            log.handlers = self._saved[1]
+            self._saved = None
+
+    def _drop_stream_handlers(self) -> None:
+        log = logging.getLogger("codecarbon")  # the tracker's __init__ adds a stderr handler each time
+        log.handlers = [h for h in log.handlers if h is self._capture or not isinstance(h, logging.StreamHandler)]
+        log.setLevel(logging.WARNING)
+
+    def _why(self, what: str) -> str:
+        said = "; ".join(self._capture.messages[-3:])
+        return f"{what}" + (f" (CodeCarbon said: {said})" if said else "")
+
+    def start(self) -> None:
+        try:
+            import codecarbon
+            from codecarbon import OfflineEmissionsTracker
+        except Exception as exc:  # ImportError, or a broken install
+            self.reason = f"CodeCarbon is not available ({type(exc).__name__}: {exc}); pip install codecarbon"
+            return
+        self.version = getattr(codecarbon, "__version__", "?")
+        self._quiet_logger()
+        try:
+            self.tracker = OfflineEmissionsTracker(
+                country_iso_code=self.country or "USA",  # CO2e is computed by ecotrain (see co2e_intensity)
+                output_methods=[], emissions_endpoint=None, electricitymaps_api_token=None,
+                measure_power_secs=self.sample_seconds, tracking_mode=self.tracking_mode, pue=self.pue,
+                allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids)
+            self._drop_stream_handlers()
+            if getattr(self.tracker, "_electricitymaps_api_token", None):  # from a user config file: stay offline
+                self.tracker._electricitymaps_api_token = None
+            self.tracker.start()
+        except Exception as exc:
+            self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
+        else:
+            if getattr(self.tracker, "_start_time", None) is None:  # start() swallowed an exception
+                self.reason = self._why("CodeCarbon did not start")
+        if self.reason:
+            self.tracker = None
+            self._restore_logger()
+
+    def live_kwh(self) -> Optional[float]:
+        """Energy so far (an estimate between CodeCarbon's samples); None without a tracker."""
+        t = self.tracker
+        if t is None:
+            return None
+        try:  # CodeCarbon's running totals; reading them costs no measurement
+            watts = t._cpu_power.W + t._ram_power.W + t._gpu_power.W
+            return t._total_energy.kWh + watts * max(time.perf_counter() - t._last_measured_time, 0.0) / 3.6e6
+        except Exception:
+            return None
+
+    def stop(self) -> dict:
+        """The final reading: `kwh` (None with `missing_reason`), `method`, `how`, components, notes."""
+        out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "pue": self.pue,
+                     "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
+                     "missing_reason": self.reason, "notes": []}
+        t, self.tracker = self.tracker, None
+        if t is not None:
+            try:
+                t.stop()
+                data = getattr(t, "final_emissions_data", None)
+            except Exception as exc:
+                data, self._capture.messages = None, [*self._capture.messages, f"{type(exc).__name__}: {exc}"]
+            kwh = getattr(data, "energy_consumed", None)
+            if data is None:
+                out["missing_reason"] = self._why("CodeCarbon failed at stop and returned no data")
+            elif not isinstance(kwh, (int, float)) or not math.isfinite(kwh) or kwh <= 0:
+                out["missing_reason"] = self._why(f"CodeCarbon reported {kwh!r} kWh: no usable power source")
+            else:
+                out["kwh"] = float(kwh)
+                out["components_kwh"] = {"cpu": data.cpu_energy, "gpu": data.gpu_energy, "ram": data.ram_energy}
+                parts = [describe(hw, self.tracking_mode) for hw in getattr(t, "_hardware", [])]
+                out["method"] = "measured" if parts and all(p[1] == "measured" for p in parts) else "estimated"
+                out["how"] = "; ".join(f"{c} {m}: {how}" for c, m, how in parts) + f"; pue {self.pue}"
+        out["notes"] = list(self._capture.messages)
+        self._restore_logger()
+        return out
+
+
+def describe(hw, tracking_mode: str) -> tuple[str, str, str]:
+    """(component, measured|estimated, how) for one of CodeCarbon's hardware objects."""
+    kind = type(hw).__name__
+    if kind == "CPU":
+        mode, tdp = getattr(hw, "_mode", "?"), getattr(hw, "_tdp", None)
+        if mode in ("intel_rapl", "intel_power_gadget", "windows_emi"):
+            return "cpu", "measured", f"{mode} energy counters"
+        if mode == "cpu_load":
+            return "cpu", "estimated", f"TDP {tdp} W x {tracking_mode} CPU load"
+        return "cpu", "estimated", f"constant TDP {tdp} W"
+    if kind == "GPU":
+        return "gpu", "measured", "device energy counters (NVML / AMD SMI), whole device"
+    if kind == "RAM":
+        return "ram", "estimated", "CodeCarbon's RAM power model"
+    if kind in ("AppleSiliconChip", "Raspberry"):
+        return getattr(hw, "chip_part", kind).lower(), "measured", f"{kind} power sensors"
+    return kind.lower(), "estimated", repr(hw)
+
+
+# -- carbon intensity of a grid ------------------------------------------------------------------
+
+class GridDataMissing(ConfigError):
+    """CodeCarbon (and with it the per-country grid data) is not installed."""
+
+
+def _energy_mix() -> dict:
+    try:
+        from codecarbon.input import DataSource
+
+        return DataSource().get_global_energy_mix_data()
+    except Exception as exc:
+        raise GridDataMissing(f"grid carbon intensity needs CodeCarbon's data ({type(exc).__name__}: {exc}); "
+                              "pip install codecarbon") from None
+
+
+def country_iso3(code: str) -> str:
+    """'SE' or 'SWE' -> 'SWE', checked against CodeCarbon's per-country data."""
+    mix, c = _energy_mix(), code.strip().upper()
+    if len(c) == 2:
+        import pycountry  # a CodeCarbon dependency
+
+        hit = pycountry.countries.get(alpha_2=c)
+        c = hit.alpha_3 if hit else c
+    if c not in mix:
+        raise ConfigError(f"country '{code}': not in CodeCarbon's grid data (use an ISO code like FR or FRA)")
+    return c
+
+
+def world_average() -> float:
+    from codecarbon.input import DataSource
+
+    return float(DataSource().get_carbon_intensity_per_source_data()["world_average"])
+
+
+def country_intensity(iso3: str) -> tuple[float, str]:
+    """(g CO2e/kWh, source) from CodeCarbon's shipped data, computed the way CodeCarbon does."""
+    from codecarbon.core.emissions import Emissions
+
+    mix = _energy_mix()[iso3]
+    g = Emissions._global_energy_mix_to_emissions_rate(mix).kgs_per_kWh * 1000
+    return float(g), f"CodeCarbon global_energy_mix: {mix.get('country_name', iso3)} {mix.get('year', '')}".strip()
+
+
+def co2e_intensity(country: Optional[str], override: Optional[float]) -> tuple[float, str, str]:
+    """(g CO2e/kWh, grid, source) for the run: the override, else the country's, else the world average."""
+    if override is not None:
+        return float(override), country or "custom", "ledger.carbon_intensity (configured)"
+    if country:
+        iso3 = country_iso3(country)
+        g, src = country_intensity(iso3)
+        return g, iso3, src
+    try:
+        return world_average(), "world", "CodeCarbon world average (set ledger.country for your grid)"
+    except Exception:
+        return 475.0, "world", "world average 475 g/kWh (IEA 2019; CodeCarbon's data unavailable)"

@@ -1,0 +1,248 @@
+"""The Ledger callback: what a run cost, in FLOPs, hours, energy, CO2e and money, and its budgets.
+
+Per step it does integer and float bookkeeping only (two comparisons; a clock read every 8 steps when
+a time or money budget is set). FLOPs are counted once, on the first step of the run, and
+accounted per sample actually trained and evaluated afterwards. CodeCarbon runs in its own
+background thread from `on_fit_start` to `on_fit_end`; its totals are read at log intervals.
+It runs before MetricsLogger and ProgressBar: each log record gains `energy_kwh`, `co2e_g` and
+`flops`, and `state.extra["progress_fields"]` the bar's kWh and gCO2e.
+
+The ledger covers training: the loop's steps and periodic evaluations, summed over resumed segments
+(the steps a preempted run redoes after its last checkpoint are not counted twice; the final test
+pass that `fit` runs after the loop is outside it). The trainer writes it as ledger.json.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Optional
+
+from ecotrain.accounting import budget as budget_mod
+from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity
+from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
+from ecotrain.accounting.prices import device_units, price_for
+from ecotrain.callbacks.base import Callback
+from ecotrain.errors import ConfigError
+
+SCHEMA = 1
+_CLOCK_EVERY = 8  # steps between clock reads for time and money budgets
+FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode on step {step} (forward + backward; matmul, conv and "
+                "attention ops), accounted per sample trained; evaluation: that step's forward per sample")
+
+
+def cpu_seconds() -> float:
+    t = os.times()  # children_* count child processes that have been waited for
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Ledger(Callback):
+    def __init__(self, cfg, budget, eval_samples: int = 0):
+        self.cfg, self.eval_samples = cfg, eval_samples
+        self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
+        self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
+                      "segments": 0}  # earlier segments of a resumed run (state_dict)
+        self.eval_passes = 0
+        self.step_flops: Optional[StepFlops] = None
+        self.measured_step: Optional[int] = None
+        self.forecast: Optional[dict] = None
+        self.result: Optional[dict] = None
+        self.meter: Optional[EnergyMeter] = None
+        self._counter = StepFlopCounter()
+        self._measure = False
+        self._raw: Optional[tuple[int, int]] = None
+        self._samples_before = 0
+        self._sample_limit = math.inf  # max_flops as a samples_seen threshold: one comparison per step
+        self._next_clock = math.inf
+        self._t0 = self._c0 = 0.0
+        self.world = 1
+
+    # -- set-up --------------------------------------------------------------------------------
+    def on_fit_start(self, state):
+        cfg = self.cfg
+        self.world = getattr(getattr(state, "dist", None), "world_size", 1)  # torchrun: per-rank figures x ranks
+        if self.world > 1 and set(self.limits) - {"max_flops"}:
+            raise ConfigError(f"budget.{sorted(set(self.limits) - {'max_flops'})[0]}: under torchrun only "
+                              "budget.max_flops is supported (ranks would stop at different steps)")
+        try:
+            self.g_per_kwh, self.grid, self.intensity_source = co2e_intensity(cfg.country, cfg.carbon_intensity)
+        except GridDataMissing as exc:  # no CodeCarbon data: train anyway, CO2e says why it is missing
+            self.g_per_kwh, self.grid, self.intensity_source = None, cfg.country, str(exc)
+        self.device_name, self.device_count = device_units(state.device)
+        self.price, self.price_source = price_for(self.device_name, cfg.prices)
+        warm_up()
+        if cfg.energy == "codecarbon":
+            gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
+            iso3 = self.grid if self.grid not in (None, "world", "custom") else None
+            self.meter = EnergyMeter(iso3, cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
+            self.meter.start()
+        self._measure = True
+        if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
+            self._next_clock = state.step + _CLOCK_EVERY
+        self._t0, self._c0 = time.perf_counter(), cpu_seconds()
+
+    # -- per step: integer and float bookkeeping only ------------------------------------------
+    def on_step_start(self, state):
+        if self._measure:
+            self._measure, self._samples_before = False, state.samples_seen
+            self._counter.start(state.model)
+
+    def on_after_backward(self, state):
+        if self._counter.active:
+            self._raw = self._counter.stop()
+
+    def on_step_end(self, state):
+        if self._raw is not None:
+            self._measured(state)
+        if state.samples_seen > self._sample_limit:
+            state.stop("budget:max_flops")
+        if state.step >= self._next_clock:
+            self._next_clock = state.step + _CLOCK_EVERY
+            self._check(state, budget_mod.CLOCK_BUDGETS, energy=False)
+
+    def _measured(self, state) -> None:
+        (total, forward), self._raw = self._raw, None
+        self.step_flops = StepFlops(total, forward, state.samples_seen - self._samples_before)
+        self.measured_step = state.step
+        self._flops_limit()
+
+    def _flops_limit(self) -> None:
+        f = self.step_flops
+        if "max_flops" in self.limits and f is not None and f.total > 0:
+            affordable = (self.limits["max_flops"] - self.eval_flops()) / (f.per_sample * self.world)  # samples
+            self._sample_limit = affordable - f.samples + 1e-6 * f.samples  # stop before a step that overdraws
+
+    # -- at log intervals, evaluations, epoch ends -----------------------------------------------
+    def on_log(self, state, record):
+        spend = self.spend(state)
+        record["flops"] = spend["flops"]
+        if spend["energy_kwh"] is not None:
+            record["energy_kwh"] = spend["energy_kwh"]
+            fields = {"kWh": f"{spend['energy_kwh']:.2g}"}
+            if spend["co2e_kg"] is not None:
+                record["co2e_g"] = spend["co2e_kg"] * 1000
+                fields["gCO2e"] = f"{spend['co2e_kg'] * 1000:.2g}"
+            state.extra.setdefault("progress_fields", {}).update(fields)
+        self._stop_if_spent(state, spend, budget_mod.ENERGY_BUDGETS)
+
+    def on_eval_end(self, state, record):
+        self.eval_passes += 1
+        self._flops_limit()
+
+    def on_epoch_end(self, state):
+        spend = self.spend(state)
+        if self.forecast is None and 0 < state.step < state.total_steps:
+            self.forecast = budget_mod.forecast(spend, state.step, state.total_steps, self.limits)
+            for line in budget_mod.warning_lines(self.forecast):
+                print(line, file=sys.stderr)
+        self._stop_if_spent(state, spend, budget_mod.SPEND_OF)
+
+    def _check(self, state, names, energy: bool) -> None:
+        self._stop_if_spent(state, self.spend(state, energy), names)
+
+    def _stop_if_spent(self, state, spend, names) -> None:
+        name = budget_mod.spent(spend, self.limits, names)
+        if name:
+            state.stop(f"budget:{name}")
+
+    # -- the figures ---------------------------------------------------------------------------
+    def eval_flops(self) -> float:
+        f = self.step_flops
+        return f.forward_per_sample * self.eval_samples * self.eval_passes if f else 0.0
+
+    def train_flops(self, state) -> float:
+        return self.step_flops.per_sample * state.samples_seen * self.world if self.step_flops else 0.0
+
+    def _kwh(self) -> Optional[float]:
+        if self.meter is None or self.prior["energy_missing"]:
+            return None
+        live = self.meter.live_kwh()
+        return None if live is None else self.prior["energy_kwh"] + live
+
+    def spend(self, state, energy: bool = True) -> dict:
+        wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
+        cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
+        kwh = self._kwh() if energy else None
+        return {"flops": self.train_flops(state) + self.eval_flops() if self.step_flops else None,
+                "wall_seconds": wall, "cpu_seconds": cpu, "cpu_hours": cpu / 3600, "energy_kwh": kwh,
+                "co2e_kg": kwh * self.g_per_kwh / 1000 if kwh is not None and self.g_per_kwh is not None else None,
+                "cost": wall / 3600 * self.device_count * self.world * self.price if self.price is not None else None}
+
+    # -- the end -------------------------------------------------------------------------------
+    def on_fit_end(self, state):
+        spend = self.spend(state, energy=False)
+        energy = self.meter.stop() if self.meter else _no_energy(self.cfg.energy)
+        self.meter = None
+        if self.prior["energy_missing"]:
+            energy.update(kwh=None, missing_reason=f"an earlier segment: {self.prior['energy_missing']}")
+        elif energy["kwh"] is not None:
+            energy["kwh"] += self.prior["energy_kwh"]
+        self.result = self._build(state, spend, energy)
+        state.extra["ledger"] = self.result
+
+    def on_exception(self, state, exc):
+        if self._counter.active:
+            self._counter.stop()
+        if self.meter is not None:
+            self.meter.stop()  # joins CodeCarbon's threads and gives its logger back
+            self.meter = None
+
+    def _build(self, state, spend: dict, energy: dict) -> dict:
+        hours = spend["wall_seconds"] / 3600 * self.device_count * self.world
+        f = self.step_flops
+        flops = None if f is None else {
+            "total": spend["flops"], "train": self.train_flops(state), "eval": self.eval_flops(),
+            "measured_step_flops": f.total, "measured_step_samples": f.samples,
+            "per_train_sample": f.per_sample, "forward_per_sample": f.forward_per_sample,
+            "eval_passes": self.eval_passes, "eval_samples_per_pass": self.eval_samples,
+            "method": FLOPS_METHOD.format(step=self.measured_step)}
+        kwh, g = energy["kwh"], self.g_per_kwh
+        co2e = {"kg": kwh * g / 1000 if kwh is not None and g is not None else None, "g_per_kwh": g,
+                "grid": self.grid, "source": self.intensity_source, "method": "energy kWh x grid intensity",
+                "missing_reason": None if g is not None and kwh is not None else
+                (self.intensity_source if g is None else "no energy figure (see energy.missing_reason)")}
+        cost = {"amount": hours * self.price if self.price is not None else None, "currency": self.cfg.currency,
+                "price_per_device_hour": self.price, "source": self.price_source,
+                "missing_reason": None if self.price is not None else
+                f"no price for device '{self.device_name}': set ledger.prices"}
+        stopped = state.stopped_because or ""
+        return {
+            "schema": SCHEMA, "name": state.config.name, "steps": state.step, "epochs": state.epoch,
+            "samples": state.samples_seen, "stopped_because": state.stopped_because,
+            "segments": self.prior["segments"] + 1,
+            "wall_seconds": spend["wall_seconds"], "cpu_seconds": spend["cpu_seconds"],
+            "cpu_hours": spend["cpu_hours"],
+            "device": {"name": self.device_name, "count": self.device_count * self.world,
+                       "unit": "vCPU (torch threads)" if self.device_name == "cpu" else "device"},
+            "device_hours": {self.device_name: hours},
+            "flops": flops, "energy": energy, "co2e": co2e, "cost": cost,
+            "budget": {"limits": self.limits,
+                       "stopped_by": stopped.removeprefix("budget:") if stopped.startswith("budget:") else None},
+            "forecast": self.forecast,
+        }
+
+    # -- resume --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        if self.result is not None:
+            r = self.result
+            kwh, missing = r["energy"]["kwh"], r["energy"]["missing_reason"]
+            wall, cpu, segments = r["wall_seconds"], r["cpu_seconds"], r["segments"]
+        else:  # a checkpoint mid-run: this segment so far
+            wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
+            cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
+            kwh, segments = self._kwh(), self.prior["segments"] + 1
+            missing = self.prior["energy_missing"] or (
+                (self.meter.reason if self.meter else "ledger.energy=off") if kwh is None else None)
+        return {"wall_seconds": wall, "cpu_seconds": cpu, "energy_kwh": kwh or 0.0, "energy_missing": missing,
+                "segments": segments, "eval_passes": self.eval_passes, "forecast": self.forecast}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.prior = {k: sd[k] for k in ("wall_seconds", "cpu_seconds", "energy_kwh", "energy_missing", "segments")}
+        self.eval_passes, self.forecast = sd.get("eval_passes", 0), sd.get("forecast")
+
+
+def _no_energy(setting: str) -> dict:
+    return {"kwh": None, "method": None, "how": None, "components_kwh": None, "source": None, "notes": [],
+            "missing_reason": "ledger.energy=off" if setting == "off" else "no energy meter"}

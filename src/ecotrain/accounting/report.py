@@ -1,0 +1,119 @@
+"""ledger.json: write, read, print, and restate a run's CO2e on other grids (`ecotrain ledger`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ecotrain.errors import ConfigError
+
+# the figures `compare --by` and the tables use, each read from one place in ledger.json
+FIGURES = {
+    "flops": ("FLOPs", lambda L: (L.get("flops") or {}).get("total")),
+    "wall_seconds": ("wall s", lambda L: L.get("wall_seconds")),
+    "cpu_seconds": ("CPU s", lambda L: L.get("cpu_seconds")),
+    "energy": ("energy kWh", lambda L: L["energy"].get("kwh")),
+    "co2e": ("CO2e kg", lambda L: L["co2e"].get("kg")),
+    "cost": ("cost", lambda L: L["cost"].get("amount")),
+}
+
+
+def figure(ledger: dict, key: str) -> Optional[float]:
+    return FIGURES[key][1](ledger)
+
+
+def missing_reason(ledger: dict, key: str) -> str:
+    section = {"energy": "energy", "co2e": "co2e", "cost": "cost"}.get(key)
+    if section:
+        return ledger[section].get("missing_reason") or "not recorded"
+    return "no step was measured" if key == "flops" else "not recorded"
+
+
+def write_ledger(run_dir: Path, ledger: Optional[dict]) -> None:
+    from ecotrain.rundir import write_json
+
+    if ledger is not None:
+        write_json(Path(run_dir) / "ledger.json", ledger)
+
+
+def read_ledger(run_dir) -> dict:
+    path = Path(run_dir) / "ledger.json"
+    if not path.is_file():
+        why = "not a run folder" if not (Path(run_dir) / "config.yaml").is_file() else "no ledger.json (ledger off?)"
+        raise ConfigError(f"{run_dir}: {why}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ConfigError(f"{path}: not valid JSON") from None
+
+
+def num(x, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.3g}{unit}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
+
+
+def summary_line(L: dict) -> str:
+    """The one line `ecotrain fit` ends with."""
+    e, c, m = L["energy"], L["co2e"], L["cost"]
+    energy = f"{num(e['kwh'])} kWh ({e['method']})" if e["kwh"] is not None else "energy n/a"
+    co2 = f"{num(c['kg'] * 1000)} gCO2e ({c['grid']}, {c['g_per_kwh']:.0f} g/kWh)" if c["kg"] is not None else "CO2e n/a"
+    cost = f"{num(m['amount'])} {m['currency']}" if m["amount"] is not None else "cost n/a"
+    return (f"ledger: {num(figure(L, 'flops'))} FLOPs, {L['wall_seconds']:.1f} s wall, {L['cpu_seconds']:.1f} CPU-s, "
+            f"{energy}, {co2}, {cost}")
+
+
+def format_ledger(L: dict) -> str:
+    f, e, c, m, b = L["flops"], L["energy"], L["co2e"], L["cost"], L["budget"]
+    hours = ", ".join(f"{k}: {v:.3g}" for k, v in L["device_hours"].items())
+    lines = [
+        f"run {L['name']}: {L['steps']} steps, {L['samples']} samples, stopped: {L['stopped_because']}"
+        + (f", {L['segments']} segments" if L["segments"] > 1 else ""),
+        f"wall          {L['wall_seconds']:.3f} s",
+        f"CPU           {L['cpu_seconds']:.3f} s ({L['cpu_hours']:.3g} CPU-hours, children included)",
+        f"device-hours  {hours} ({L['device']['count']} x {L['device']['unit']})",
+        (f"FLOPs         {num(f['total'])} = {num(f['train'])} train + {num(f['eval'])} eval  [{f['method']}]"
+         if f else "FLOPs         n/a (no step was measured)"),
+        (f"energy        {num(e['kwh'])} kWh, {e['method']}: {e['how']}  [{e['source']}]" if e["kwh"] is not None
+         else f"energy        n/a: {e['missing_reason']}"),
+        (f"CO2e          {num(c['kg'] * 1000)} g at {c['g_per_kwh']:.1f} g/kWh ({c['grid']}; {c['source']})"
+         if c["kg"] is not None else f"CO2e          n/a: {c['missing_reason']}"),
+        (f"cost          {num(m['amount'])} {m['currency']} at {m['price_per_device_hour']} per device-hour "
+         f"({m['source']})" if m["amount"] is not None else f"cost          n/a: {m['missing_reason']}"),
+        "budget        " + (", ".join(f"{k}={v:g}" for k, v in b["limits"].items()) or "none")
+        + (f" (stopped by {b['stopped_by']})" if b["stopped_by"] else ""),
+    ]
+    fc = L.get("forecast")
+    if fc:
+        over = ", ".join(f"{o['budget']} near step {o['stops_near_step']}" for o in fc["over_budget"]) or "no budget"
+        lines.append(f"forecast      at step {fc['at_step']} of {fc['planned_steps']}: over budget: {over}  "
+                     f"[{fc['method']}]")
+    lines += [f"note          {n}" for n in e.get("notes", [])]
+    return "\n".join(lines)
+
+
+def restate(L: dict, regions: Sequence[str]) -> str:
+    """This run's energy at other grids' carbon intensity (CodeCarbon's per-country data)."""
+    from ecotrain.accounting.energy import country_intensity, country_iso3
+
+    kwh = L["energy"]["kwh"]
+    if kwh is None:
+        raise ConfigError(f"--regions: the run has no energy figure ({L['energy']['missing_reason']})")
+    here = L["co2e"]["kg"]
+    rows = []
+    for r in regions:
+        iso3 = country_iso3(r)
+        g, source = country_intensity(iso3)
+        kg = kwh * g / 1000
+        rows.append([r, iso3, f"{g:.0f}", num(kg * 1000), f"{kg / here:.2f}x" if here else "n/a", source])
+    head = (f"CO2e of this run's {num(kwh)} kWh ({L['energy']['method']}) on other grids; "
+            f"recorded: {num(here * 1000 if here is not None else None)} g on {L['co2e']['grid']}")
+    return head + "\n" + table(["region", "grid", "g/kWh", "CO2e g", "vs recorded", "source"], rows)
