@@ -6,8 +6,27 @@ Master weights stay fp32; bf16 needs no scaler. Skipped (inf/NaN) fp16 steps are
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
+
+from ecotrain.errors import ConfigError
+
+
+def _check_supported(mode: str, dtype: torch.dtype, device: torch.device) -> None:
+    """One clear error up front instead of torch silently disabling autocast (with a warning)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ok = torch.amp.is_autocast_available(device.type)
+        if ok:
+            with torch.autocast(device.type, dtype=dtype):
+                ok = torch.is_autocast_enabled(device.type)
+    if ok and device.type == "cuda" and dtype == torch.bfloat16:
+        ok = torch.cuda.is_bf16_supported()
+    if not ok:
+        other = "bf16-mixed" if mode == "fp16-mixed" else "fp32"
+        raise ConfigError(f"precision: {mode} is not supported on {device.type} by torch {torch.__version__}; "
+                          f"use precision={other}")
 
 
 class Precision:
@@ -15,6 +34,8 @@ class Precision:
         self.mode = mode
         self.device = device
         self.dtype = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}[mode]
+        if self.dtype is not None:
+            _check_supported(mode, self.dtype, device)
         self.scaler = torch.amp.GradScaler(device.type) if mode == "fp16-mixed" else None
         self.skipped_steps = 0
         self._null = contextlib.nullcontext()  # reusable: fp32 pays no context creation per step

@@ -6,6 +6,7 @@ which makes gradient accumulation exactly one big batch (and costs nothing witho
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping
 
 import torch
@@ -26,6 +27,27 @@ class ClassificationTask:
 
     def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"accuracy": (out.argmax(-1) == y).sum()}
+
+
+class LanguageModelTask:
+    """Next-token prediction: `out [b, T, vocab]`, `y [b, T]`, padded targets = -100 (skipped).
+
+    The units are the non-padding target tokens, so the loss is a mean per token and
+    `normalized_loss` stays exact under accumulation however the padding falls."""
+
+    monitor_default = "val_loss"
+    IGNORE = -100
+
+    def units(self, y: torch.Tensor) -> int:
+        return int((y != self.IGNORE).sum())
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        out = out.float() if out.dtype in (torch.float16, torch.bfloat16) else out  # fp32 softmax under autocast
+        return F.cross_entropy(out.flatten(0, 1), y.reshape(-1), ignore_index=self.IGNORE, reduction=reduction)
+
+    def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        nats = self.loss(out, y, "sum")  # evaluation only: a second, cheap cross-entropy
+        return {"accuracy": (out.argmax(-1) == y).sum(), "bits_per_char": nats / math.log(2)}
 
 
 class UserTask:

@@ -31,14 +31,16 @@ from ecotrain.callbacks import Checkpointer
 from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.checkpoint.preemption import Preemption
 from ecotrain.checkpoint.state import capture
+from ecotrain.data.bucketing import build_sampler, padding_ratio
 from ecotrain.data.builtin import import_object, validate_arrays
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.models import build_model
 from ecotrain.optim import build_optimizer, build_scheduler
+from ecotrain.memory import apply_activation_checkpointing
 from ecotrain.precision import Precision
 from ecotrain.rundir import atomic_write, default_run_dir, write_config, write_json
 from ecotrain.state import TrainState
-from ecotrain.task import ClassificationTask, UserTask
+from ecotrain.task import ClassificationTask, LanguageModelTask, UserTask
 
 
 @dataclass
@@ -154,21 +156,26 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     seed_everything(cfg.seed, cfg.deterministic)
     device = resolve_device(cfg.device)
     bundle = load_data(cfg) if data is None else as_bundle(data)
-    task = UserTask(loss_fn, metrics) if loss_fn else ClassificationTask(cfg.loop.label_smoothing)
+    task = (UserTask(loss_fn, metrics) if loss_fn else LanguageModelTask() if bundle.extra.get("task") == "lm"
+            else ClassificationTask(cfg.loop.label_smoothing))
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
+    apply_activation_checkpointing(net, cfg.memory.activation_checkpointing)
 
     run_dir = Path(run_dir) if run_dir else default_run_dir(cfg.name)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, cfg.to_dict())
 
     eff_batch = cfg.data.batch_size * cfg.loop.accumulate
-    sampler = EpochSampler(len(bundle.train), eff_batch, cfg.seed)
+    lengths = bundle.extra.get("lengths")  # variable-length sequences only
+    sampler = build_sampler(len(bundle.train), lengths, eff_batch, cfg.seed, cfg.data.bucketing)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim)
     sched_total = total if cfg.schedule.interval == "step" else -(-total // len(sampler))
     state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), task,
                        Precision(cfg.precision, device), device, len(sampler), total, run_dir)
+    if lengths is not None:
+        state.extra["padding_ratio"] = round(padding_ratio(sampler.batches(0), lengths), 4)  # epoch 0's batches
     augment = SignalAugment(cfg.data.augment, cfg.seed)
     if init_from is not None:
         resume_mod.init_from(net, opt, Path(init_from), keep_optimizer)
@@ -203,6 +210,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         summary = {"stopped_because": "preempted", "steps": state.step, "checkpoint": state.extra.get("last_checkpoint")}
         write_ledger(run_dir, state.extra.pop("ledger", None))  # this segment's cost so far
         return RunResult(run_dir, summary, net, state)
+    if state.precision.scaler:
+        state.extra["fp16_skipped_steps"] = state.precision.skipped_steps
     summary = finish(state, bundle, run_dir)
     return RunResult(run_dir, summary, net, state)
 

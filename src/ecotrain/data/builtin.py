@@ -1,6 +1,7 @@
 """Built-in and user data sources, validated before anything trains.
 
 mnist1d: generated offline with the `mnist1d` package's `make_dataset` (never its download path).
+text: the Python standard library's source as byte sequences, for language models (data/text.py).
 digits: scikit-learn's 8x8 digits, shipped inside the package.
 npz / csv: the user's files. `pkg.module:Name`: a map-style Dataset (or a factory returning one).
 """
@@ -132,6 +133,10 @@ BUILTIN = {"mnist1d": _mnist1d, "digits": _digits, "npz": _npz, "csv": _csv}
 def load_data(cfg: Config) -> DataBundle:
     """Load the configured source, hold out test (if it has none) and validation, seeded."""
     name = cfg.data.name
+    if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
+        from ecotrain.data.text import load_text
+
+        return load_text(cfg)
     if name in BUILTIN:
         (x, y), test, num_classes = BUILTIN[name](cfg)
         base = ArraySource(x, y)

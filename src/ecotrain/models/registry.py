@@ -8,6 +8,7 @@ from torch import nn
 from ecotrain.config import ModelConfig
 from ecotrain.data.builtin import import_object
 from ecotrain.errors import ConfigError
+from ecotrain.models.charlm import CharLM
 from ecotrain.models.vision1d import MLP, ConvBase, ResNet1d, flat_dim
 
 
@@ -17,6 +18,7 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
         "mlp": lambda kw: MLP(n_in, num_classes, dropout=cfg.dropout, **kw),
         "cnn": lambda kw: ConvBase(n_in, num_classes, dropout=cfg.dropout, **kw),
         "resnet": lambda kw: ResNet1d(n_in, num_classes, dropout=cfg.dropout, **kw),
+        "charlm": lambda kw: CharLM(vocab=num_classes or 256, max_len=input_shape[0], dropout=cfg.dropout, **kw),
     }
     try:
         if cfg.name in builtins:

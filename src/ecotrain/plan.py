@@ -1,0 +1,157 @@
+"""`ecotrain plan RECIPE`: the memory a run will need, before anything trains.
+
+Parameters, gradients and optimizer state are counted exactly from the built model and the
+optimizer's known state per parameter (Adam/AdamW: two moments; SGD with momentum: one).
+Activations are *measured*, not modelled: saved-tensor hooks record every tensor autograd keeps
+for backward during real forward passes (loss included, under the configured precision) of 1
+and 2 of the longest training samples, attributed to the model's blocks; the bytes are then
+extrapolated linearly to the configured micro-batch. With checkpointing, a checkpointed block
+keeps only its input, plus, during backward, one block's recomputed activations at a time.
+Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
+and the process's own footprint (the Python interpreter, torch's libraries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ecotrain.memory import find_blocks, select_modules
+
+
+@dataclass
+class Plan:
+    params: int
+    param_bytes: int
+    grad_bytes: int
+    optim_bytes: int
+    act_bytes: float  # with the configured checkpointing
+    act_bytes_off: float  # no checkpointing
+    act_bytes_all: float  # every block checkpointed
+    micro_batch: int
+    n_checkpointed: int
+
+    @property
+    def total(self) -> float:
+        return self.param_bytes + self.grad_bytes + self.optim_bytes + self.act_bytes
+
+
+def _optim_states(cfg) -> int:
+    if cfg.optim.name in ("adam", "adamw"):
+        return 2
+    return 1 if cfg.optim.momentum > 0 else 0
+
+
+def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[str, nn.Module]]) -> dict:
+    """Bytes autograd saves for backward in one forward of (x, y): `outside` the blocks, per block
+    `saved`, and each block's `input` (what a checkpointed block keeps instead)."""
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+    where = {"name": None}
+    out = {"outside": 0, "saved": {n: 0 for n, _ in blocks}, "input": {n: 0 for n, _ in blocks}}
+
+    def pack(t: torch.Tensor):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in seen:  # weights are not activations; views share storage
+            seen.add(ptr)
+            n = t.untyped_storage().nbytes()
+            if where["name"] is None:
+                out["outside"] += n
+            else:
+                out["saved"][where["name"]] += n
+        return t
+
+    def enter(name):
+        def hook(mod, args):
+            where["name"] = name
+            out["input"][name] += sum(a.nelement() * a.element_size() for a in args if torch.is_tensor(a))
+        return hook
+
+    def leave(mod, args, result):
+        where["name"] = None
+
+    handles = [h for n, m in blocks for h in (m.register_forward_pre_hook(enter(n)), m.register_forward_hook(leave))]
+    try:
+        model.train()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision.autocast():
+            loss = task.loss(model(x), y)
+        del loss
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+def _activations(m: dict, chosen: set[str]) -> float:
+    kept = m["outside"] + sum(m["input"][n] if n in chosen else s for n, s in m["saved"].items())
+    recompute = max((m["saved"][n] for n in chosen), default=0)
+    return kept + recompute
+
+
+def make_plan(cfg) -> tuple[Plan, list[str]]:
+    from ecotrain.data import load_data
+    from ecotrain.models import build_model
+    from ecotrain.precision import Precision
+    from ecotrain.task import ClassificationTask, LanguageModelTask
+
+    bundle = load_data(cfg)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
+    task = LanguageModelTask() if bundle.extra.get("task") == "lm" else ClassificationTask(cfg.loop.label_smoothing)
+    precision = Precision(cfg.precision, torch.device("cpu"))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())
+    grad_bytes = sum(p.nelement() * p.element_size() for p in trainable)
+    optim_bytes = _optim_states(cfg) * sum(p.nelement() * 4 for p in trainable)  # states are fp32
+
+    blocks = find_blocks(model)
+    chosen = {n for n, _ in select_modules(model, cfg.memory.activation_checkpointing)}
+    for n, m in select_modules(model, cfg.memory.activation_checkpointing):
+        if n not in {b for b, _ in blocks}:
+            blocks.append((n, m))
+    lengths = bundle.extra.get("lengths")
+    order = torch.argsort(lengths, descending=True) if lengths is not None else torch.arange(len(bundle.train))
+    m1 = measure_saved(model, task, *bundle.train.take(order[:1]), precision, blocks)
+    m2 = measure_saved(model, task, *bundle.train.take(order[:2]), precision, blocks)
+    b = cfg.data.batch_size
+
+    def at_batch(choice: set[str]) -> float:
+        a1, a2 = _activations(m1, choice), _activations(m2, choice)
+        return max(0.0, a1 + (a2 - a1) * (b - 1))  # linear in the batch: intercept + slope * b
+
+    plan = Plan(sum(p.nelement() for p in model.parameters()), param_bytes, grad_bytes, optim_bytes,
+                at_batch(chosen), at_batch(set()), at_batch({n for n, _ in find_blocks(model)}), b, len(chosen))
+    return plan, [n for n, _ in find_blocks(model)]
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:10.1f} MB"
+
+
+def format_plan(cfg, plan: Plan, block_names: list[str]) -> str:
+    ac = cfg.memory.activation_checkpointing
+    ac_text = ac if isinstance(ac, str) else ac.model_dump()
+    lines = [
+        f"plan for {cfg.name}: model {cfg.model.name}, {plan.params / 1e6:.2f}M parameters, precision {cfg.precision}",
+        f"micro-batch {plan.micro_batch} x accumulate {cfg.loop.accumulate} (effective batch "
+        f"{plan.micro_batch * cfg.loop.accumulate}); activation checkpointing: {ac_text} "
+        f"({plan.n_checkpointed} of {len(block_names)} blocks)",
+        f"  parameters        {_mb(plan.param_bytes)}",
+        f"  gradients         {_mb(plan.grad_bytes)}",
+        f"  optimizer state   {_mb(plan.optim_bytes)}   ({cfg.optim.name}: {_optim_states(cfg)} fp32 tensor(s) per parameter)",
+        f"  activations       {_mb(plan.act_bytes)}   (measured: saved tensors of real forwards of 1 and 2 samples,"
+        f" x{plan.micro_batch} linearly)",
+        f"  total             {_mb(plan.total)}   (plus the process itself: interpreter, libraries, data)",
+    ]
+    if block_names:
+        lines.append(f"  activations with checkpointing off: {_mb(plan.act_bytes_off).strip()}; "
+                     f"on every block: {_mb(plan.act_bytes_all).strip()}")
+    levers = ["halve the activations: data.batch_size / 2 with loop.accumulate x 2 (same maths)"]
+    if block_names and plan.act_bytes_all < plan.act_bytes:
+        levers.append("memory.activation_checkpointing=all (~1.2-1.3x step time)")
+    if cfg.precision == "fp32":
+        levers.append("precision=bf16-mixed (activations mostly halve)")
+    lines.append("levers: " + "; ".join(levers))
+    return "\n".join(lines)
