@@ -125,7 +125,10 @@ class TorchDist(Dist):
 
     def shutdown(self):
         if self.td.is_initialized():
-            self.td.destroy_process_group()
+            try:
+                self.td.barrier()  # nobody tears the group down while a peer is still in a collective
+            finally:
+                self.td.destroy_process_group()
 
 
 class _FsdpNoSync:
@@ -142,10 +145,16 @@ class _FsdpNoSync:
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The blocks FSDP shards one by one: the children of every ModuleList/Sequential that hold
     parameters (transformer blocks, MLP layers); the root takes whatever is left."""
-    units = []
-    for m in model.modules():
-        if isinstance(m, (nn.ModuleList, nn.Sequential)):
-            units += [c for c in m.children() if any(True for _ in c.parameters())]
+    units: list[nn.Module] = []
+
+    def visit(m: nn.Module) -> None:
+        for c in m.children():
+            if isinstance(m, (nn.ModuleList, nn.Sequential)) and any(True for _ in c.parameters()):
+                units.append(c)  # outermost blocks only: a block's own insides are sharded with it
+            else:
+                visit(c)
+
+    visit(model)
     return units
 
 

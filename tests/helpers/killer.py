@@ -10,13 +10,14 @@ from ecotrain import Callback
 
 
 class KillAt(Callback):
-    """Send `sig` to this process at the end of step `step` (before that step's checkpoint)."""
+    """Send `sig` to this process at the end of step `step` (before that step's checkpoint);
+    under torchrun only on rank `rank` when given."""
 
-    def __init__(self, step: int, sig: str = "SIGKILL"):
-        self.step, self.sig = step, getattr(signal, sig)
+    def __init__(self, step: int, sig: str = "SIGKILL", rank: int | None = None):
+        self.step, self.sig, self.rank = step, getattr(signal, sig), rank
 
     def on_step_end(self, state):
-        if state.step == self.step:
+        if state.step == self.step and self.rank in (None, state.dist.rank):
             os.kill(os.getpid(), self.sig)
 
 

@@ -43,14 +43,15 @@ def set_rng_state(s: dict) -> None:
 def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tuple[dict, dict]:
     """Snapshot the run as (tensors, meta). Tensors are copied to CPU, so a background writer may
     take its time while training goes on."""
-    ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict()})
+    window = torch.stack(state.window_losses).cpu() if state.window_losses else None  # this rank's own losses
+    ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict(), "window": window})
     if state.dist.strategy == "fsdp":
         model_sd, optim_sd = sharded.model_optim_state(state.model, state.optimizer)
     else:
         model_sd, optim_sd = state.dist.unwrap(state.model).state_dict(), state.optimizer.state_dict()
     whole = {
         "model": model_sd,
-        "ranks": ranks if len(ranks) > 1 else None,  # each rank's own RNG and augmentation state
+        "ranks": ranks if len(ranks) > 1 else None,  # each rank's own RNG, augmentation and log window
         "optimizer": optim_sd,
         "scheduler": state.scheduler.state_dict(),
         "precision": state.precision.state_dict(),
@@ -60,7 +61,7 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tupl
         "position": state.position(),
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
                  "weights": state.best_weights},
-        "window_losses": torch.stack(state.window_losses) if state.window_losses else None,
+        "window_losses": window,
         "last_log": state.last_log, "last_eval": state.last_eval,
         "train_seconds": state.train_seconds, "extra": state.extra,
         "config": state.config.to_dict(), "dataset_hash": dataset_hash,
@@ -94,7 +95,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict
         state.optimizer.load_state_dict(whole["optimizer"])
     state.scheduler.load_state_dict(whole["scheduler"])
     state.precision.load_state_dict(whole["precision"])
-    mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"]}])
+    mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"], "window": whole["window_losses"]}])
     mine = mine[state.dist.rank] if state.dist.rank < len(mine) else mine[0]
     augment.load_state_dict(mine["augment"])
     cbs.load_state_dict(whole["callbacks"])
@@ -104,7 +105,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict
     b = whole["best"]
     state.best_metric, state.best_step, state.evals_since_best, state.best_weights = (
         b["metric"], b["step"], b["evals_since"], b["weights"])
-    wl = whole["window_losses"]
+    wl = mine["window"]
     state.window_losses = list(wl.to(state.device).unbind()) if wl is not None else []
     state.last_log, state.last_eval = whole["last_log"], whole["last_eval"]
     state.train_seconds, state.extra = whole["train_seconds"], whole["extra"]
