@@ -53,10 +53,23 @@ def recipe(tmp_path, base, **sections):
     return p
 
 
+def run_group(cmd, timeout):
+    """subprocess.run, but a timeout kills the whole process group: no orphaned ranks left behind."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def torchrun(*args, nproc=2, timeout=240, extra=()):
     cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            *extra, "-m", "ecotrain", *map(str, args)]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return run_group(cmd, timeout)
 
 
 def single(*args, timeout=240):
