@@ -104,7 +104,8 @@ def test_energy_budget_and_live_cost_in_records(tiny_cfg, tmp_path):
     L = ledger_of(tmp_path)
     assert r.summary["stopped_because"] == "budget:max_energy_kwh" and r.state.step == 5
     assert L["energy"]["kwh"] > 0 and L["energy"]["method"] == "estimated"  # no RAPL/NVML here
-    assert "cpu estimated" in L["energy"]["how"] and L["co2e"]["grid"] == "SWE"
+    assert "cpu estimated" in L["energy"]["how"] and L["energy"]["components_method"]["cpu"] == "estimated"
+    assert L["co2e"]["grid"] == "SWE"
     assert L["co2e"]["kg"] == pytest.approx(L["energy"]["kwh"] * L["co2e"]["g_per_kwh"] / 1000)
     rec = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][0]
     assert rec["step"] == 5 and rec["energy_kwh"] > 0 and rec["co2e_g"] > 0 and rec["flops"] == 5 * 32 * (FWD + BWD)

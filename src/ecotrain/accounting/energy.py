@@ -42,9 +42,8 @@ class _Capture(logging.Handler):
 class EnergyMeter:
     """Start before training, `live_kwh()` at log intervals, `stop()` once at the end."""
 
-    def __init__(self, country_iso3: Optional[str], pue: float, tracking_mode: str, sample_seconds: float,
-                 gpu_ids: Optional[list] = None):
-        self.country, self.pue, self.tracking_mode = country_iso3, pue, tracking_mode
+    def __init__(self, pue: float, tracking_mode: str, sample_seconds: float, gpu_ids: Optional[list] = None):
+        self.pue, self.tracking_mode = pue, tracking_mode
         self.sample_seconds, self.gpu_ids = sample_seconds, gpu_ids
         self.tracker = None
         self.reason: Optional[str] = None  # why there is no energy figure
@@ -85,7 +84,7 @@ class EnergyMeter:
         self._quiet_logger()
         try:
             self.tracker = OfflineEmissionsTracker(
-                country_iso_code=self.country or "USA",  # CO2e is computed by ecotrain (see co2e_intensity)
+                country_iso_code="USA",  # a placeholder: ecotrain computes CO2e itself (co2e_intensity)
                 output_methods=[], emissions_endpoint=None, electricitymaps_api_token=None,
                 measure_power_secs=self.sample_seconds, tracking_mode=self.tracking_mode, pue=self.pue,
                 allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids)
@@ -114,8 +113,10 @@ class EnergyMeter:
             return None
 
     def stop(self) -> dict:
-        """The final reading: `kwh` (None with `missing_reason`), `method`, `how`, components, notes."""
-        out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "pue": self.pue,
+        """The final reading: `kwh` (None with `missing_reason`); `method` is `measured` only when every
+        component was (`components_method` says which were); `how`, per-component kWh, notes."""
+        out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
+                     "pue": self.pue,
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
                      "missing_reason": self.reason, "notes": []}
         t, self.tracker = self.tracker, None
@@ -134,6 +135,7 @@ class EnergyMeter:
                 out["kwh"] = float(kwh)
                 out["components_kwh"] = {"cpu": data.cpu_energy, "gpu": data.gpu_energy, "ram": data.ram_energy}
                 parts = [describe(hw, self.tracking_mode) for hw in getattr(t, "_hardware", [])]
+                out["components_method"] = {c: m for c, m, _ in parts}
                 out["method"] = "measured" if parts and all(p[1] == "measured" for p in parts) else "estimated"
                 out["how"] = "; ".join(f"{c} {m}: {how}" for c, m, how in parts) + f"; pue {self.pue}"
         out["notes"] = list(self._capture.messages)

@@ -75,8 +75,7 @@ class Ledger(Callback):
         warm_up()
         if cfg.energy == "codecarbon":
             gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
-            iso3 = self.grid if self.grid not in (None, "world", "custom") else None
-            self.meter = EnergyMeter(iso3, cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
+            self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
             self.meter.start()
         self._measure = True
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
@@ -244,5 +243,6 @@ class Ledger(Callback):
 
 
 def _no_energy(setting: str) -> dict:
-    return {"kwh": None, "method": None, "how": None, "components_kwh": None, "source": None, "notes": [],
+    return {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
+            "source": None, "notes": [],
             "missing_reason": "ledger.energy=off" if setting == "off" else "no energy meter"}
