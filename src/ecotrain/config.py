@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ecotrain.errors import ConfigError
 
@@ -107,6 +107,19 @@ class CheckpointConfig(_Section):
     background: bool = False  # write in a thread; tensors are snapshot first
 
 
+class FsdpConfig(_Section):
+    cpu_offload: bool = False  # parameters, gradients and optimizer state live on the CPU
+    reshard_after_forward: bool = True  # ZeRO-3; False keeps parameters gathered until backward (ZeRO-2-like)
+
+
+class DistributedConfig(_Section):
+    """Picked up from torchrun's environment; gloo on CPU, nccl on CUDA. data.batch_size is global."""
+
+    strategy: Literal["none", "ddp", "fsdp"] = "none"
+    fsdp: FsdpConfig = Field(default_factory=FsdpConfig)
+    timeout_seconds: float = Field(300, gt=0)  # a collective waiting longer than this fails with a clear error
+
+
 class CallbackSpec(_Section):
     path: str = Field(description="pkg.module:Class of an ecotrain Callback")
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -125,10 +138,21 @@ class MemoryConfig(_Section):
 
     activation_checkpointing: Union[Literal["off", "all"], EveryN, NamedModules] = "off"
     min_micro_batch: int = Field(1, gt=0)  # OOM recovery halves the micro-batch down to this, then gives up
+    release_freed: bool = False  # glibc: return freed tensors >= 1 MiB to the OS, so RSS follows live tensors
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        return {False: "off", True: "all"}.get(v, v) if isinstance(v, bool) else v  # YAML reads `off` as false
 
 
 class LoggingConfig(_Section):
     progress: Literal["auto", "on", "off"] = "auto"  # auto: on when stderr is a TTY
+
+    @field_validator("progress", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v):  # YAML 1.1 reads a bare on/off as true/false
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
 
 class LedgerConfig(_Section):
@@ -174,6 +198,7 @@ class Config(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     callbacks: list[CallbackSpec] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
