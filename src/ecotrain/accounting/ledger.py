@@ -43,7 +43,7 @@ class Ledger(Callback):
         self.cfg, self.eval_samples = cfg, eval_samples
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
         self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
-                      "segments": 0}  # earlier segments of a resumed run (state_dict)
+                      "segments": 0, "train_flops": 0.0}  # earlier segments of a resumed run (state_dict)
         self.eval_passes = 0
         self.step_flops: Optional[StepFlops] = None
         self.measured_step: Optional[int] = None
@@ -58,6 +58,8 @@ class Ledger(Callback):
         self._next_clock = math.inf
         self._t0 = self._c0 = 0.0
         self.world = 1
+        self._samples0 = 0  # samples_seen when this segment started (per rank; the world size may change)
+        self._state = None  # for state_dict(), which gets no state
 
     # -- set-up --------------------------------------------------------------------------------
     def on_fit_start(self, state):
@@ -77,7 +79,7 @@ class Ledger(Callback):
             gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
             self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
             self.meter.start()
-        self._measure = True
+        self._measure, self._samples0, self._state = True, state.samples_seen, state
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
             self._next_clock = state.step + _CLOCK_EVERY
         self._t0, self._c0 = time.perf_counter(), cpu_seconds()
@@ -110,7 +112,8 @@ class Ledger(Callback):
     def _flops_limit(self) -> None:
         f = self.step_flops
         if "max_flops" in self.limits and f is not None and f.total > 0:
-            affordable = (self.limits["max_flops"] - self.eval_flops()) / (f.per_sample * self.world)  # samples
+            left = self.limits["max_flops"] - self.eval_flops() - self.prior["train_flops"]
+            affordable = self._samples0 + left / (f.per_sample * self.world)  # as a samples_seen value
             self._sample_limit = affordable - f.samples + 1e-6 * f.samples  # stop before a step that overdraws
 
     # -- at log intervals, evaluations, epoch ends -----------------------------------------------
@@ -152,7 +155,9 @@ class Ledger(Callback):
         return f.forward_per_sample * self.eval_samples * self.eval_passes if f else 0.0
 
     def train_flops(self, state) -> float:
-        return self.step_flops.per_sample * state.samples_seen * self.world if self.step_flops else 0.0
+        f = self.step_flops  # per sample of this segment: a resume may change the world size
+        this = f.per_sample * (state.samples_seen - self._samples0) * self.world if f else 0.0
+        return self.prior["train_flops"] + this
 
     def _kwh(self) -> Optional[float]:
         if self.meter is None or self.prior["energy_missing"]:
@@ -228,17 +233,21 @@ class Ledger(Callback):
             r = self.result
             kwh, missing = r["energy"]["kwh"], r["energy"]["missing_reason"]
             wall, cpu, segments = r["wall_seconds"], r["cpu_seconds"], r["segments"]
+            train = r["flops"]["train"] if r["flops"] else self.prior["train_flops"]
         else:  # a checkpoint mid-run: this segment so far
             wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
             cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
             kwh, segments = self._kwh(), self.prior["segments"] + 1
+            train = self.train_flops(self._state) if self._state is not None else self.prior["train_flops"]
             missing = self.prior["energy_missing"] or (
                 (self.meter.reason if self.meter else "ledger.energy=off") if kwh is None else None)
         return {"wall_seconds": wall, "cpu_seconds": cpu, "energy_kwh": kwh or 0.0, "energy_missing": missing,
-                "segments": segments, "eval_passes": self.eval_passes, "forecast": self.forecast}
+                "segments": segments, "train_flops": train, "eval_passes": self.eval_passes,
+                "forecast": self.forecast}
 
     def load_state_dict(self, sd: dict) -> None:
         self.prior = {k: sd[k] for k in ("wall_seconds", "cpu_seconds", "energy_kwh", "energy_missing", "segments")}
+        self.prior["train_flops"] = sd.get("train_flops", 0.0)
         self.eval_passes, self.forecast = sd.get("eval_passes", 0), sd.get("forecast")
 
 

@@ -66,7 +66,8 @@ def summary_line(L: dict) -> str:
     e, c, m = L["energy"], L["co2e"], L["cost"]
     why = (e.get("missing_reason") or "")[:80]
     energy = f"{num(e['kwh'])} kWh ({e['method']})" if e["kwh"] is not None else f"energy n/a ({why})"
-    co2 = f"{num(c['kg'] * 1000)} gCO2e ({c['grid']}, {c['g_per_kwh']:.0f} g/kWh)" if c["kg"] is not None else "CO2e n/a"
+    co2 = (f"{num(c['kg'] * 1000)} gCO2e ({c['grid']}, {c['g_per_kwh']:.0f} g/kWh)" if c["kg"] is not None
+           else "CO2e n/a")
     cost = f"{num(m['amount'])} {m['currency']}" if m["amount"] is not None else "cost n/a"
     return (f"ledger: {num(figure(L, 'flops'))} FLOPs, {L['wall_seconds']:.1f} s wall, {L['cpu_seconds']:.1f} CPU-s, "
             f"{energy}, {co2}, {cost}")
