@@ -6,7 +6,8 @@ Activations are *measured*, not modelled: saved-tensor hooks record every tensor
 for backward during real forward passes (loss included, under the configured precision) of 1
 and 2 of the longest training samples, attributed to the model's blocks; the bytes are then
 extrapolated linearly to the configured micro-batch. With checkpointing, a checkpointed block
-keeps only its input, plus, during backward, one block's recomputed activations at a time.
+keeps its input and its attention outputs (selective checkpointing, memory.py), plus, during
+backward, one block's recomputed activations at a time.
 Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
 and the process's own footprint (the Python interpreter, torch's libraries).
 """
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from ecotrain.memory import find_blocks, select_modules
+from ecotrain.memory import ATTENTION_OPS, find_blocks, select_modules
 
 
 @dataclass
@@ -50,7 +53,16 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     params = {p.data_ptr() for p in model.parameters()}
     seen: set[int] = set()
     where = {"name": None}
-    out = {"outside": 0, "saved": {n: 0 for n, _ in blocks}, "input": {n: 0 for n, _ in blocks}}
+    out = {"outside": 0, "saved": {n: 0 for n, _ in blocks}, "input": {n: 0 for n, _ in blocks},
+           "attention": {n: 0 for n, _ in blocks}}
+
+    class AttentionOutputs(TorchDispatchMode):  # what selective checkpointing keeps (memory.py)
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if func in ATTENTION_OPS and where["name"] is not None:
+                out["attention"][where["name"]] += sum(t.nelement() * t.element_size()
+                                                       for t in tree_leaves(result) if torch.is_tensor(t))
+            return result
 
     def pack(t: torch.Tensor):
         ptr = t.untyped_storage().data_ptr()
@@ -75,7 +87,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     handles = [h for n, m in blocks for h in (m.register_forward_pre_hook(enter(n)), m.register_forward_hook(leave))]
     try:
         model.train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision.autocast():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), AttentionOutputs(), precision.autocast():
             loss = task.loss(model(x), y)
         del loss
     finally:
@@ -85,7 +97,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
 
 
 def _activations(m: dict, chosen: set[str]) -> float:
-    kept = m["outside"] + sum(m["input"][n] if n in chosen else s for n, s in m["saved"].items())
+    kept = m["outside"] + sum(m["input"][n] + m["attention"][n] if n in chosen else s for n, s in m["saved"].items())
     recompute = max((m["saved"][n] for n in chosen), default=0)
     return kept + recompute
 

@@ -36,7 +36,7 @@ from ecotrain.data.builtin import import_object, validate_arrays
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.models import build_model
 from ecotrain.optim import build_optimizer, build_scheduler
-from ecotrain.memory import apply_activation_checkpointing
+from ecotrain.memory import configure_memory
 from ecotrain.precision import Precision
 from ecotrain.rundir import atomic_write, default_run_dir, write_config, write_json
 from ecotrain.state import TrainState
@@ -160,7 +160,7 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
             else ClassificationTask(cfg.loop.label_smoothing))
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
-    apply_activation_checkpointing(net, cfg.memory.activation_checkpointing)
+    configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory.py)
 
     run_dir = Path(run_dir) if run_dir else default_run_dir(cfg.name)
     run_dir.mkdir(parents=True, exist_ok=True)

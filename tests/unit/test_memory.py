@@ -26,9 +26,10 @@ def _grads(model, x, y):
 
 @pytest.mark.parametrize("spec", ["all", EveryN(every_n=2), NamedModules(modules=["Block"]),
                                   NamedModules(modules=["blocks.1", "blocks.3"]), NamedModules(modules=["blocks.*.mlp"])])
-def test_checkpointed_gradients_equal_plain(spec):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_checkpointed_gradients_equal_plain(spec, dropout):
     x, y = torch.randint(0, 32, (3, 16)), torch.randint(0, 32, (3, 16))
-    plain, ckpt = _lm(), _lm()
+    plain, ckpt = _lm(dropout), _lm(dropout)
     names = apply_activation_checkpointing(ckpt, spec)
     assert names
     assert list(ckpt.state_dict()) == list(plain.state_dict())  # no wrapper module, same keys
@@ -66,6 +67,24 @@ def test_checkpointing_saves_fewer_tensors():
             m(x).sum()
         saved[name] = total[0]
     assert saved["ckpt"] < saved["plain"] / 2
+
+
+def test_attention_is_kept_not_recomputed():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ecotrain.memory import ATTENTION_OPS
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += func in ATTENTION_OPS
+            return func(*args, **(kwargs or {}))
+    m = _lm(dropout=0.0).float()
+    apply_activation_checkpointing(m, "all")
+    with Count():
+        m(torch.randint(0, 32, (2, 16))).sum().backward()
+    assert Count.n == 4  # one forward per block; the recomputation reused the kept outputs
 
 
 def test_eval_mode_runs_without_checkpoint():
@@ -132,3 +151,34 @@ def test_oom_cli_message(cli, tmp_path):
                       "loop: {max_epochs: 1}\n")
     r = cli("fit", recipe, "--run-dir", tmp_path / "run", "--quiet", env={"PYTHONPATH": "."})
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith("ecotrain: error: out of memory at step 1")
+
+
+def test_micro_batch_count_survives_resume(tiny_cfg, tmp_path):
+    first = fit(tiny_cfg(**{"loop.max_steps": 6}), model=OOMAbove(limit=8), run_dir=tmp_path / "a")
+    ckpt = first.summary["last_checkpoint"]
+    resumed = fit(tiny_cfg(**{"loop.max_steps": 12}), model=OOMAbove(limit=8), run_dir=tmp_path / "a",
+                  resume=ckpt, allow_config_change=True)
+    assert resumed.summary["micro_batches"] == 4 and resumed.summary["oom_recoveries"] == 2  # no new OOM
+    _same_weights(fit(tiny_cfg(**{"loop.max_steps": 12}), model=OOMAbove(), run_dir=tmp_path / "b").model, resumed.model)
+
+
+def test_configure_memory_applies_the_section():
+    from ecotrain.config import MemoryConfig
+    from ecotrain.memory import configure_memory
+
+    m = _lm()
+    names = configure_memory(m, MemoryConfig(activation_checkpointing=EveryN(every_n=2), release_freed=True))
+    assert names == ["blocks.0", "blocks.2"]
+    assert hasattr(m.blocks[0].forward, "__wrapped__") and not hasattr(m.blocks[1].forward, "__wrapped__")
+    assert configure_memory(_lm(), MemoryConfig()) == []
+
+
+def test_config_spellings():
+    from ecotrain.config import load_config
+
+    def spec(v):
+        return load_config(None, [f"memory.activation_checkpointing={v}"]).memory.activation_checkpointing
+    assert spec("off") == "off" and spec("all") == "all"  # YAML reads a bare off as false
+    assert spec("{every_n: 2}") == EveryN(every_n=2) and spec("{modules: [Block]}") == NamedModules(modules=["Block"])
+    with pytest.raises(ConfigError, match="memory.activation_checkpointing"):
+        spec("sometimes")
