@@ -3,9 +3,11 @@
 Configs: full (fp32, no checkpointing), activation checkpointing on every block, checkpointing +
 bf16 autocast. Each runs `ecotrain.fit` on the stdlib text (packed, seq_len 2048) in its own
 subprocess: 1 warm-up step, then `--steps` timed steps; the worker reports the process's peak
-RSS (`ru_maxrss`, at the end of training: the final evaluation is not measured) and its fastest
-step (the least disturbed by neighbours on a shared machine). Rounds alternate the configs;
-ratios are against the full run of the same round and allocator, median over rounds.
+RSS (`ru_maxrss`; on a GPU, CUDA max allocated, untested here) at the end of training (the final
+evaluation is not measured) and its fastest step (the least disturbed by neighbours on a shared
+machine), in wall seconds and in CPU seconds of all its threads (which neighbours disturb less).
+Rounds alternate the configs; ratios are against the full run of the same round and allocator,
+median over rounds.
 
 The three configs run with `memory.release_freed` (freed tensors >= 1 MiB go back to the OS;
 memory.py) on every side, and (`--default-rounds`) with glibc's default allocator. glibc
@@ -44,17 +46,20 @@ def worker(args) -> None:
 
     class Meter(Callback):
         def __init__(self):
-            self.times, self.t0 = [], 0.0
+            self.times, self.cpu, self.t0, self.c0 = [], [], 0.0, 0.0
 
         def on_step_start(self, state):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, state):
             self.times.append(time.perf_counter() - self.t0)
+            self.cpu.append(time.process_time() - self.c0)  # all threads' CPU seconds: robust to neighbours
 
         def on_fit_end(self, state):
             peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-            print(json.dumps({"peak_mb": peak_mb, "step_s": min(self.times[1:]),
+            if state.device.type == "cuda":  # on a GPU: what the tensors held at most
+                peak_mb = torch.cuda.max_memory_allocated() / 2**20
+            print(json.dumps({"peak_mb": peak_mb, "step_s": min(self.times[1:]), "cpu_s": min(self.cpu[1:]),
                               "loss": float(state.loss)}), flush=True)
             os._exit(0)  # training is what is measured; skip the final evaluation
 
@@ -122,7 +127,8 @@ def main() -> None:
     print(f"char transformer: {args.layers} layers, d_model {args.d_model}, T=2048, batch {args.batch}, "
           f"{args.threads} threads; {args.rounds} rounds with memory.release_freed, {args.default_rounds} with the "
           f"default allocator, x (1 warm-up + {args.steps} timed steps) per config", file=sys.stderr)
-    ratios = {alloc: {k: [] for k in ("peak", "time", "peak_bf16", "time_bf16")} for alloc in ("default", "release")}
+    keys = ("peak", "time", "peak_bf16", "time_bf16", "cpu", "cpu_bf16")
+    ratios = {alloc: {k: [] for k in keys} for alloc in ("default", "release")}
     for r in range(args.rounds):
         for alloc, rat in ratios.items():
             if alloc == "default" and r >= args.default_rounds:
@@ -133,14 +139,17 @@ def main() -> None:
             rat["time"].append(ck["step_s"] / full["step_s"])
             rat["peak_bf16"].append(bf["peak_mb"] / full["peak_mb"])
             rat["time_bf16"].append(bf["step_s"] / full["step_s"])
+            rat["cpu"].append(ck["cpu_s"] / full["cpu_s"])
+            rat["cpu_bf16"].append(bf["cpu_s"] / full["cpu_s"])
             print(f"round {r}, {alloc} allocator: " + "; ".join(
-                f"{n} {v['peak_mb']:.0f} MB peak RSS, {v['step_s']:.2f} s/step" for n, v in res.items()), file=sys.stderr)
+                f"{n} {v['peak_mb']:.0f} MB peak RSS, {v['step_s']:.2f} s/step ({v['cpu_s']:.2f} CPU-s)" for n, v in res.items()),
+                file=sys.stderr)
     med = {alloc: {k: statistics.median(v) for k, v in rat.items()} for alloc, rat in ratios.items()}
     for alloc, label in (("default", "glibc's default allocator"), ("release", "memory.release_freed on every side")):
         m = med[alloc]
         print(f"{label}: activation checkpointing (every block) peak RSS {m['peak']:.2f}x, step time {m['time']:.2f}x "
               f"the full run; with bf16 autocast {m['peak_bf16']:.2f}x, {m['time_bf16']:.2f}x "
-              f"(median of {len(ratios[alloc]['peak'])} rounds)")
+              f"(median of {len(ratios[alloc]['peak'])} rounds); CPU-seconds per step {m['cpu']:.2f}x, {m['cpu_bf16']:.2f}x")
     med = med["release"]
     cut, _, _ = padding(16)
     print(f"RESULT peak_ratio={med['peak']:.3f} time_ratio={med['time']:.3f} peak_ratio_bf16={med['peak_bf16']:.3f} "
