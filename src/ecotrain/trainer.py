@@ -19,7 +19,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 import ecotrain
-from ecotrain import loop
+from ecotrain import distributed, loop
 from ecotrain.accounting import Ledger, write_ledger
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar)
@@ -101,7 +101,7 @@ def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
     return min(budgets)
 
 
-def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool,
+def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool, writes: bool = True,
                       eval_samples: int = 0) -> list[Callback]:
     es = cfg.early_stopping
     if es.enabled and not has_val:
@@ -112,7 +112,8 @@ def default_callbacks(cfg: Config, run_dir: Path, has_val: bool, quiet: bool,
         cbs.append(EarlyStopping(es.patience))
     if cfg.ledger.enabled:  # before the logger and the bar: it adds cost fields to their records
         cbs.append(Ledger(cfg.ledger, cfg.budget, eval_samples))
-    cbs.append(MetricsLogger(run_dir / "metrics.jsonl"))
+    if writes:  # under torchrun, rank 0 alone writes the run folder
+        cbs.append(MetricsLogger(run_dir / "metrics.jsonl"))
     show = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())
     if show and not quiet:
         cbs.append(ProgressBar())
@@ -155,46 +156,72 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     cfg = config
     seed_everything(cfg.seed, cfg.deterministic)
     device = resolve_device(cfg.device)
+    dist = distributed.setup(cfg, device)
+    try:
+        return _fit(cfg, dist, device, model, data, loss_fn, metrics, callbacks, run_dir, quiet, resume,
+                    allow_config_change, init_from, keep_optimizer)
+    except RuntimeError as exc:  # a dead peer or a timed-out collective: one clear line
+        err = distributed.collective_error(exc, dist)
+        if err is None:
+            raise
+        raise err from None
+    finally:
+        dist.shutdown()
+
+
+def _fit(cfg, dist, device, model, data, loss_fn, metrics, callbacks, run_dir, quiet, resume,
+         allow_config_change, init_from, keep_optimizer) -> RunResult:
     bundle = load_data(cfg) if data is None else as_bundle(data)
     task = (UserTask(loss_fn, metrics) if loss_fn else LanguageModelTask() if bundle.extra.get("task") == "lm"
             else ClassificationTask(cfg.loop.label_smoothing))
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
     configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory.py)
+    net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
+    if dist.world_size > 1:
+        torch.manual_seed(cfg.seed + 1000 * dist.rank)  # own dropout masks per rank; init was shared
 
     run_dir = Path(run_dir) if run_dir else default_run_dir(cfg.name)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_config(run_dir, cfg.to_dict())
+    if dist.is_main:
+        write_config(run_dir, cfg.to_dict())
 
     eff_batch = cfg.data.batch_size * cfg.loop.accumulate
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
     sampler = build_sampler(len(bundle.train), lengths, eff_batch, cfg.seed, cfg.data.bucketing)
+    if dist.world_size > 1:
+        sampler = distributed.ShardedSampler(sampler, dist.rank, dist.world_size)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim)
     sched_total = total if cfg.schedule.interval == "step" else -(-total // len(sampler))
     state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), task,
-                       Precision(cfg.precision, device), device, len(sampler), total, run_dir)
+                       Precision(cfg.precision, device), device, len(sampler), total, run_dir, dist)
+    state.extra["world_size"] = dist.world_size
     if lengths is not None:
         state.extra["padding_ratio"] = round(padding_ratio(sampler.batches(0), lengths), 4)  # epoch 0's batches
     augment = SignalAugment(cfg.data.augment, cfg.seed)
     if init_from is not None:
         resume_mod.init_from(net, opt, Path(init_from), keep_optimizer)
-    cb_list = [*default_callbacks(cfg, run_dir, bundle.val is not None, quiet,
-                                 len(bundle.val) if bundle.val is not None else 0), *config_callbacks(cfg), *callbacks]
-    logger = next(cb for cb in cb_list if isinstance(cb, MetricsLogger))
+    cb_list = [*default_callbacks(cfg, run_dir, bundle.val is not None, quiet or not dist.is_main, dist.is_main,
+                                 len(bundle.val) if bundle.val is not None else 0),
+               *config_callbacks(cfg), *callbacks]
+    logger = next((cb for cb in cb_list if isinstance(cb, MetricsLogger)), None)  # rank 0 only
     preemption = Preemption()
     manager = CheckpointManager(run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.background)
-    cb_list.append(Checkpointer(manager, cfg.checkpoint, lambda st: capture(st, cbs, augment, logger.offset(),
-                                                                            bundle.content_hash), preemption))
+    offset = logger.offset if logger else (lambda: 0)
+    cb_list.append(Checkpointer(manager, cfg.checkpoint, lambda st, copy: capture(
+        st, cbs, augment, offset(), bundle.content_hash, copy), preemption))
     cbs = CallbackList(cb_list)  # the Checkpointer last: it saves what every other callback did this step
     if resume is not None:
         whole = resume_mod.resume_into(state, cbs, augment, Path(resume), bundle.content_hash, allow_config_change)
-        resume_mod.truncate_metrics(logger.path, whole["metrics_offset"])
+        if logger:
+            resume_mod.truncate_metrics(logger.path, whole["metrics_offset"])
 
     def evaluate_fn(st: TrainState) -> dict:
         record = {"step": st.step, "epoch": st.epoch}
         if bundle.val is not None:
-            record.update(loop.evaluate(st.model, bundle.val, task, cfg.data.batch_size * 4, device, st.precision))
+            m, src, red = dist.eval_view(st.model, bundle.val)
+            record.update(loop.evaluate(m, src, task, cfg.data.batch_size * 4, device, st.precision, dist=red))
         st.last_eval = record
         return record
 
@@ -208,7 +235,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         preemption.uninstall()
     if state.stopped_because == "preempted":  # not finished: no test, no final weights; resume later
         summary = {"stopped_because": "preempted", "steps": state.step, "checkpoint": state.extra.get("last_checkpoint")}
-        write_ledger(run_dir, state.extra.pop("ledger", None))  # this segment's cost so far
+        if dist.is_main:
+            write_ledger(run_dir, state.extra.pop("ledger", None))  # this segment's cost so far
         return RunResult(run_dir, summary, net, state)
     if state.precision.scaler:
         state.extra["fp16_skipped_steps"] = state.precision.skipped_steps
@@ -220,9 +248,12 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
     """Test once on the best weights, measure the train/val gap, write weights and summary.json."""
     cfg, net, task, dev = state.config, state.model, state.task, state.device
     bs = cfg.data.batch_size * 4
+    dist = state.dist
     if state.best_weights is not None and (cfg.early_stopping.restore_best or not cfg.early_stopping.enabled):
         net.load_state_dict(state.best_weights)
-    save_weights(run_dir / "model.safetensors", net)
+    weights = dist.full_state_dict(net)  # a collective under FSDP: every rank takes part
+    if dist.is_main:
+        save_weights(run_dir / "model.safetensors", weights)
     ledger = state.extra.pop("ledger", None)  # ledger.json, not summary.json
     summary: dict[str, Any] = {
         "name": cfg.name, "steps": state.step, "epochs": state.epoch, "samples_seen": state.samples_seen,
@@ -233,17 +264,22 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
         "device": str(dev), **state.extra,
     }
     n_gap = min(len(bundle.train), 5000)  # enough to measure the gap without a full pass on big data
-    train_m = loop.evaluate(net, _head(bundle.train, n_gap), task, bs, dev, state.precision, "train")
+    def evaluate(source, prefix):
+        m, src, red = dist.eval_view(net, source)
+        return loop.evaluate(m, src, task, bs, dev, state.precision, prefix, red)
+
+    train_m = evaluate(_head(bundle.train, n_gap), "train")
     summary.update(train_m)
     if bundle.val is not None:
-        val_m = loop.evaluate(net, bundle.val, task, bs, dev, state.precision, "val")
+        val_m = evaluate(bundle.val, "val")
         summary.update(val_m)
         key = "accuracy" if "train_accuracy" in train_m else "loss"
         summary["train_val_gap"] = round(train_m[f"train_{key}"] - val_m[f"val_{key}"], 6)
     if bundle.test is not None:
-        summary.update(loop.evaluate(net, bundle.test, task, bs, dev, state.precision, "test"))
-    write_json(run_dir / "summary.json", summary)
-    write_ledger(run_dir, ledger)
+        summary.update(evaluate(bundle.test, "test"))
+    if dist.is_main:
+        write_json(run_dir / "summary.json", summary)
+        write_ledger(run_dir, ledger)
     return summary
 
 

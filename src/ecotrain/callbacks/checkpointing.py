@@ -15,7 +15,8 @@ class Checkpointer(Callback):
     def save(self, state, is_best: bool = False) -> None:
         if state.step == self.last_saved_step and not is_best:
             return
-        tensors, meta, shards = self.capture(state)  # every rank: gathering RNG states is a collective
+        # every rank captures (gathering RNG states is a collective); copies only for a background writer
+        tensors, meta, shards = self.capture(state, self.manager.background)
         if not state.dist.is_main and shards is None:  # DDP: rank 0 writes the (replicated) state
             self.last_saved_step = state.step
             return

@@ -40,9 +40,10 @@ def set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tuple[dict, dict]:
-    """Snapshot the run as (tensors, meta). Tensors are copied to CPU, so a background writer may
-    take its time while training goes on."""
+def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: bool = True):
+    """Snapshot the run as (tensors, meta, shards): shards are the FSDP parts (else None). With
+    `copy`, tensors are copies, so a background writer may take its time while training goes on;
+    a synchronous save writes before the next step and needs none."""
     window = torch.stack(state.window_losses).cpu() if state.window_losses else None  # this rank's own losses
     ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict(), "window": window})
     if state.dist.strategy == "fsdp":
@@ -70,10 +71,11 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str) -> tupl
     big = None
     if state.dist.strategy == "fsdp":  # model, optimizer, best weights: one shard per rank, via DCP
         big, whole = sharded.split(whole)
-        big = {k: v.clone() for k, v in big.items()}
     tensors: dict[str, torch.Tensor] = {}
     meta = flatten(whole, tensors)
-    tensors = {k: v.clone() for k, v in tensors.items()}  # own the bytes: training mutates params in place
+    if copy:  # own the bytes: training mutates parameters and optimizer state in place
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        big = {k: v.clone() for k, v in big.items()} if big is not None else None
     return tensors, meta, big
 
 
