@@ -3,7 +3,7 @@
 A checkpoint is a folder:
     tensors.safetensors   every tensor of the state, under a dotted path ("model/fc.weight")
     meta.json             the rest of the state, tensors replaced by {"__tensor__": path}
-    MANIFEST.json         sha256 and size of both files; written last, so its presence means complete
+    MANIFEST.json         xxh3-128 checksum and size of every file; written last: its presence means complete
 
 Writes go to a hidden temporary folder, each file fsynced, the manifest last, then one rename:
 a process killed mid-save leaves only the temporary folder, which readers ignore.
@@ -11,7 +11,6 @@ a process killed mid-save leaves only the temporary folder, which readers ignore
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import xxhash
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -66,8 +66,10 @@ def unflatten(skel: Any, tensors: dict[str, torch.Tensor]) -> Any:
     return skel
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def _digest(path: Path) -> str:
+    """xxh3-128: detects corruption and truncation at ~10 GB/s (sha256 ran at 0.4 GB/s here, 25 ms of a
+    10 MB save). Not a signature: what it guards against is damage, and loading runs no code anyway."""
+    h = xxhash.xxh3_128()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
@@ -105,7 +107,7 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
         _write(tmp / "meta.json", json.dumps(meta, sort_keys=True).encode())
         names = [*FILES, *extra_files]
         manifest = {"format": FORMAT, "step": meta.get("position", {}).get("step"),
-                    "files": {n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in names}}
+                    "files": {n: {"xxh3_128": _digest(tmp / n), "bytes": (tmp / n).stat().st_size} for n in names}}
         _write(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
         for d in {(tmp / n).parent for n in names}:
             fsync_dir(d)
@@ -149,7 +151,7 @@ def verify_checkpoint(folder: Path) -> dict:
         p = folder / name
         if not p.is_file():
             raise CheckpointError(f"{folder}: {name} is missing")
-        if p.stat().st_size != info["bytes"] or _sha256(p) != info["sha256"]:
+        if p.stat().st_size != info["bytes"] or _digest(p) != info.get("xxh3_128"):
             raise CheckpointError(f"{folder}: {name} does not match its checksum (corrupt or truncated)")
     return manifest
 
