@@ -197,3 +197,16 @@ def test_clear_errors(tmp_path):
     assert "data.batch_size: 63 (the global batch) is not divisible by the world size 2" in r.stderr
     r = torchrun("fit", recipe(tmp_path, MLP), "--run-dir", tmp_path / "c")
     assert "torchrun started 2 processes; set distributed.strategy=ddp or fsdp" in r.stderr
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_accumulation_skips_sync_and_matches_one_process(tmp_path, strategy):
+    """accumulate=2 under 2 ranks gives the one-process result (test_grad_sync.py checks that the
+    all-reduce is switched off for the non-final micro-batches)."""
+    acc = {"accumulate": 2, "max_steps": 8}
+    r = single("fit", recipe(tmp_path, MLP, loop=acc), "--run-dir", tmp_path / "one", "--quiet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = torchrun("fit", recipe(tmp_path, MLP, loop=acc, distributed={"strategy": strategy}),
+                 "--run-dir", tmp_path / "two", "--quiet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_close_runs(tmp_path / "two", tmp_path / "one")
