@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint
+from ecotrain.checkpoint import sharded
+from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, unflatten
 from ecotrain.checkpoint.state import environment, load_model_weights, restore
 from ecotrain.config import diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
@@ -54,12 +55,20 @@ def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: boo
     if not path.exists():
         raise CheckpointError(f"--init-from {path}: not found")
     if path.is_dir():
-        from ecotrain.checkpoint.format import unflatten
         tensors, meta = read_checkpoint(path)
-        whole = unflatten(meta, tensors)
-        load_model_weights(model, whole["model"], path)
-        if keep_optimizer:
-            optimizer.load_state_dict(whole["optimizer"])
+        skeleton = meta.pop("sharded", None)
+        new_hparams = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        if skeleton is not None:  # an FSDP checkpoint: DCP reads the shards into this layout
+            sharded.load_into(path, model, optimizer, skeleton)
+            if not keep_optimizer:
+                optimizer.state.clear()  # weights only: the optimizer starts afresh
+        else:
+            whole = unflatten(meta, tensors)
+            load_model_weights(model, whole["model"], path)
+            if keep_optimizer:
+                optimizer.load_state_dict(whole["optimizer"])
+        for group, hp in zip(optimizer.param_groups, new_hparams):
+            group.update(hp)  # the new run's lr, betas, weight decay; only the moments are carried over
         return
     if keep_optimizer:
         raise ConfigError(f"--keep-optimizer: {path} is a weights file; only a checkpoint folder holds optimizer state")

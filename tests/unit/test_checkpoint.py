@@ -148,6 +148,9 @@ def test_init_from_checkpoint_and_plain_state_dict(tiny_cfg, tmp_path):
     cfg = tiny_cfg(**{"loop.max_steps": 1, "optim.lr": 1e-9})
     b = fit(cfg, run_dir=tmp_path / "b", init_from=ckpt, keep_optimizer=True)
     assert b.state.optimizer.state_dict()["state"]  # optimizer state carried over
+    assert b.state.optimizer.param_groups[0]["lr"] == pytest.approx(1e-9)  # but the new run's lr
+    for p, q in zip(b.model.parameters(), r.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
     torch.save(r.model.state_dict(), tmp_path / "plain.pt")
     c = fit(cfg, run_dir=tmp_path / "c", init_from=tmp_path / "plain.pt")
     for p, q in zip(c.model.parameters(), r.model.parameters()):

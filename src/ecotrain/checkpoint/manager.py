@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.checkpoint.format import read_checkpoint, verify_checkpoint, write_checkpoint
+from ecotrain.checkpoint.format import verify_checkpoint, write_checkpoint
 from ecotrain.checkpoint.sharded import write_sharded
 from ecotrain.errors import CheckpointError
 
@@ -95,10 +95,6 @@ class CheckpointManager:
         for p in list_checkpoints(self.dir.parent):
             if p not in keep:
                 shutil.rmtree(p, ignore_errors=True)
-
-
-def load(folder: Path):
-    return read_checkpoint(folder)
 
 
 def warn(msg: str) -> None:
