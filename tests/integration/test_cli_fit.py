@@ -41,3 +41,11 @@ def test_bad_data_path_is_one_clear_line(cli, tmp_path):
 def test_unknown_key_exit_2(cli):
     r = cli("fit", "recipes/mnist1d_cnn.yaml", "loop.max_stepz=3")
     assert r.returncode == 2 and "'loop.max_stepz': unknown key" in r.stderr
+
+
+def test_impossible_model_kwargs_and_missing_checkpoint_are_one_line(cli, tmp_path):
+    r = cli("plan", "recipes/charlm_long.yaml", "model.kwargs.n_heads=7")
+    assert r.returncode == 2 and "model.kwargs: d_model=256 is not a multiple of n_heads=7" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("fit", "recipes/digits_resnet.yaml", "--resume", tmp_path / "nope", "--run-dir", tmp_path / "r", "--quiet")
+    assert r.returncode == 3 and "no such checkpoint folder" in r.stderr and "Traceback" not in r.stderr

@@ -126,6 +126,8 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
 def verify_checkpoint(folder: Path) -> dict:
     """Check a checkpoint folder without loading it: manifest, no stray or pickle files, checksums."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such checkpoint folder")
     if not (folder / MANIFEST).is_file():
         raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST}); it was interrupted mid-save")
     try:

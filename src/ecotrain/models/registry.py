@@ -25,7 +25,7 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
             return builtins[cfg.name](dict(cfg.kwargs))
         cls = import_object(cfg.name, "model.name")
         model = cls(**cfg.kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # a wrong or impossible keyword, e.g. heads not dividing d_model
         raise ConfigError(f"model.kwargs: {exc}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.name: '{cfg.name}' built a {type(model).__name__}, not a torch.nn.Module")
