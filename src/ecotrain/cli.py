@@ -5,6 +5,7 @@ Every user error ends as one line `ecotrain: error: ...` and its exit code (see 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, ConfigError, EcotrainError
@@ -155,6 +156,15 @@ COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cm
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun worker: files are closed and fsynced;
+        sys.stdout.flush()  # skip C++ teardown of the gloo group, which can abort at exit (distributed.py)
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:

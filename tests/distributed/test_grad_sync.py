@@ -28,6 +28,7 @@ def group(monkeypatch):
     yield make
     for d in made:
         d.shutdown()
+    torch.distributed.destroy_process_group()
 
 
 def test_ddp_no_sync_on_non_final_micro_batches(group):
