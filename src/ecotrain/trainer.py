@@ -24,7 +24,7 @@ from ecotrain.accounting import Ledger, write_ledger
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar)
 from ecotrain.config import Config
-from ecotrain.data import ArraySource, DataBundle, EpochSampler, MapSource, load_data
+from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
 from ecotrain.data.augment import SignalAugment
 from ecotrain import resume as resume_mod
 from ecotrain.callbacks import Checkpointer
@@ -220,8 +220,7 @@ def _fit(cfg, dist, device, model, data, loss_fn, metrics, callbacks, run_dir, q
     def evaluate_fn(st: TrainState) -> dict:
         record = {"step": st.step, "epoch": st.epoch}
         if bundle.val is not None:
-            m, src, red = dist.eval_view(st.model, bundle.val)
-            record.update(loop.evaluate(m, src, task, cfg.data.batch_size * 4, device, st.precision, dist=red))
+            record.update(evaluate_split(st, bundle.val, "val"))
         st.last_eval = record
         return record
 
@@ -244,11 +243,16 @@ def _fit(cfg, dist, device, model, data, loss_fn, metrics, callbacks, run_dir, q
     return RunResult(run_dir, summary, net, state)
 
 
+def evaluate_split(state: TrainState, source, prefix: str) -> dict:
+    """`loop.evaluate` on this rank's view of `source` (its shard under DDP), reduced across ranks."""
+    model, src, reduce_with = state.dist.eval_view(state.model, source)
+    return loop.evaluate(model, src, state.task, state.config.data.batch_size * 4, state.device, state.precision,
+                         prefix, reduce_with)
+
+
 def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
     """Test once on the best weights, measure the train/val gap, write weights and summary.json."""
-    cfg, net, task, dev = state.config, state.model, state.task, state.device
-    bs = cfg.data.batch_size * 4
-    dist = state.dist
+    cfg, net, dev, dist = state.config, state.model, state.device, state.dist
     if state.best_weights is not None and (cfg.early_stopping.restore_best or not cfg.early_stopping.enabled):
         net.load_state_dict(state.best_weights)
     weights = dist.full_state_dict(net)  # a collective under FSDP: every rank takes part
@@ -264,19 +268,15 @@ def finish(state: TrainState, bundle: DataBundle, run_dir: Path) -> dict:
         "device": str(dev), **state.extra,
     }
     n_gap = min(len(bundle.train), 5000)  # enough to measure the gap without a full pass on big data
-    def evaluate(source, prefix):
-        m, src, red = dist.eval_view(net, source)
-        return loop.evaluate(m, src, task, bs, dev, state.precision, prefix, red)
-
-    train_m = evaluate(_head(bundle.train, n_gap), "train")
+    train_m = evaluate_split(state, _head(bundle.train, n_gap), "train")
     summary.update(train_m)
     if bundle.val is not None:
-        val_m = evaluate(bundle.val, "val")
+        val_m = evaluate_split(state, bundle.val, "val")
         summary.update(val_m)
         key = "accuracy" if "train_accuracy" in train_m else "loss"
         summary["train_val_gap"] = round(train_m[f"train_{key}"] - val_m[f"val_{key}"], 6)
     if bundle.test is not None:
-        summary.update(evaluate(bundle.test, "test"))
+        summary.update(evaluate_split(state, bundle.test, "test"))
     if dist.is_main:
         write_json(run_dir / "summary.json", summary)
         write_ledger(run_dir, ledger)

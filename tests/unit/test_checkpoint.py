@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from ecotrain import fit
-from ecotrain.checkpoint import latest_valid, list_checkpoints, load_state_dict_file, read_checkpoint, write_checkpoint
+from ecotrain.checkpoint import latest_valid, list_checkpoints, load_state_dict_file, read_checkpoint
 from ecotrain.checkpoint.format import flatten, unflatten
 from ecotrain.errors import CheckpointError, ConfigError
 
@@ -32,7 +31,7 @@ def test_flatten_roundtrip_keeps_types():
 
 
 def test_whole_state_is_in_the_checkpoint(tiny_cfg, tmp_path):
-    r = _run(tiny_cfg, tmp_path, **{"precision": "bf16-mixed"})
+    _run(tiny_cfg, tmp_path, **{"precision": "bf16-mixed"})
     tensors, meta = read_checkpoint(list_checkpoints(tmp_path)[0])
     for key in ("model", "optimizer", "scheduler", "precision", "rng", "augment", "callbacks", "position",
                 "best", "config", "dataset_hash", "env", "metrics_offset"):
@@ -80,7 +79,7 @@ def test_a_pickle_in_the_folder_is_refused(tiny_cfg, tmp_path):
 
 
 def test_different_model_names_the_keys(tiny_cfg, tmp_path):
-    r = _run(tiny_cfg, tmp_path)
+    _run(tiny_cfg, tmp_path)
     ckpt = list_checkpoints(tmp_path)[0]
     other = tiny_cfg(**{"model.kwargs": {"hidden": [32, 16]}})
     with pytest.raises(CheckpointError, match=r"different model: missing keys \['net.6.bias'"):

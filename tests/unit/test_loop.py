@@ -1,24 +1,24 @@
-import math
 
 import pytest
 import torch
 from torch import nn
 
-from ecotrain import Config, fit
+from ecotrain import fit
 from ecotrain.config import ScheduleConfig
-from ecotrain.optim import build_optimizer, lr_multiplier, param_groups
+from ecotrain.optim import lr_multiplier, param_groups
 from ecotrain.task import ClassificationTask
 
 
-def _grads_after(model, x, y, accumulate, bs):
-    """Gradients of one optimizer step taken through the real train_step."""
-    from ecotrain.callbacks import CallbackList
-    from ecotrain.loop import micro_batches
-    from ecotrain.task import normalized_loss
-    task = ClassificationTask()
-    total = task.units(y) if accumulate > 1 else None
-    for xm, ym in micro_batches(x, y, accumulate):
-        normalized_loss(task, model(xm), ym, total).backward()
+def _grads_after(model, x, y, accumulate):
+    """Gradients of one effective batch through the loop's own backward_micro_batches."""
+    from types import SimpleNamespace
+
+    from ecotrain.distributed import Dist
+    from ecotrain.loop import backward_micro_batches
+    from ecotrain.precision import Precision
+    state = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
+                            task=ClassificationTask())
+    backward_micro_batches(state, x, y, accumulate)
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -27,9 +27,9 @@ def test_accumulation_equals_one_big_batch(n, accumulate):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3)).double()
     x, y = torch.randn(n, 5, dtype=torch.double), torch.randint(0, 3, (n,))
-    big = _grads_after(model, x, y, 1, n)
+    big = _grads_after(model, x, y, 1)
     model.zero_grad()
-    acc = _grads_after(model, x, y, accumulate, n)
+    acc = _grads_after(model, x, y, accumulate)
     for a, b in zip(big, acc):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
 

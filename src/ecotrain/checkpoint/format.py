@@ -31,22 +31,23 @@ MANIFEST = "MANIFEST.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
 
 
-def flatten(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> Any:
-    """Move every tensor of a nested structure into `tensors`; return a JSON-able skeleton."""
+def flatten(obj: Any, tensors: dict[str, torch.Tensor], path: str = "", keep: bool = False) -> Any:
+    """Move every tensor of a nested structure into `tensors`; return a JSON-able skeleton.
+    `keep`: the tensor objects themselves, not CPU views (DCP loads into them in place)."""
     if isinstance(obj, torch.Tensor):
-        tensors[path] = obj.detach().cpu().contiguous()
+        tensors[path] = obj if keep else obj.detach().cpu().contiguous()
         return {"__tensor__": path}
     def sub(key) -> str:
         return f"{path}/{key}" if path else str(key)
 
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj):
-            return {k: flatten(v, tensors, sub(k)) for k, v in obj.items()}
-        return {"__items__": [[k, flatten(v, tensors, sub(k))] for k, v in obj.items()]}
+            return {k: flatten(v, tensors, sub(k), keep) for k, v in obj.items()}
+        return {"__items__": [[k, flatten(v, tensors, sub(k), keep)] for k, v in obj.items()]}
     if isinstance(obj, tuple):
-        return {"__tuple__": [flatten(v, tensors, sub(i)) for i, v in enumerate(obj)]}
+        return {"__tuple__": [flatten(v, tensors, sub(i), keep) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
-        return [flatten(v, tensors, sub(i)) for i, v in enumerate(obj)]
+        return [flatten(v, tensors, sub(i), keep) for i, v in enumerate(obj)]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise CheckpointError(f"checkpoint: cannot store a {type(obj).__name__} at '{path}' (only tensors and JSON values)")

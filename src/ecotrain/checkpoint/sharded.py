@@ -72,20 +72,8 @@ def load_into(folder: Path, model, optimizer, skeleton: dict) -> dict:
     template = {"model": model_sd, "optimizer": optim_sd,
                 "best_weights": {k: v.detach().clone() for k, v in model_sd.items()} if has_best else None}
     tensors: dict[str, torch.Tensor] = {}
-    flatten_in_place(template, tensors)
+    flatten(template, tensors, keep=True)
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(Path(folder) / SHARDS)))
     big = unflatten(skeleton, tensors)
     load_model_optim_state(model, optimizer, big["model"], big["optimizer"])
     return big
-
-
-def flatten_in_place(obj, tensors: dict, path: str = "") -> None:
-    """Like format.flatten, but keeps the tensor objects themselves (DCP loads into them)."""
-    if isinstance(obj, torch.Tensor):
-        tensors[path] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            flatten_in_place(v, tensors, f"{path}/{k}" if path else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            flatten_in_place(v, tensors, f"{path}/{i}" if path else str(i))
