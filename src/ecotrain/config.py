@@ -6,8 +6,9 @@ keys are refused, and every error names the dotted key (`optim.lr`) and what is 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -16,7 +17,20 @@ from ecotrain.errors import ConfigError
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float of the schema (nested ones too: betas, prices) must be finite
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# mnist1d: 10 classes, split 80/20 into train/test by the generator, then a validation split of train
+MIN_MNIST1D_SAMPLES = 100
+# run names become folder names (runs/<name>-<timestamp>): a name, never a path
+_NAME_RE = re.compile(r"\w[\w.+-]{0,127}")
+
+
+def safe_name(text: str) -> str:
+    """`text` (e.g. a recipe file's stem) made into a valid run name."""
+    out = re.sub(r"[^\w.+-]+", "-", text).lstrip(".+-").rstrip("-")[:128]
+    return out or "run"
 
 
 class AugmentConfig(_Section):
@@ -32,13 +46,21 @@ class DataConfig(_Section):
     path: Optional[str] = None  # for npz / csv
     target: str = "label"  # csv label column
     kwargs: dict[str, Any] = Field(default_factory=dict)  # for an import-path Dataset
-    num_samples: int = Field(5000, gt=0)  # mnist1d only
+    num_samples: int = Field(5000, gt=0)  # mnist1d only; at least MIN_MNIST1D_SAMPLES
     batch_size: int = Field(100, gt=0)
     val_split: float = Field(0.1, ge=0, lt=1)
     test_split: float = Field(0.2, ge=0, lt=1)  # when the source has no test set of its own
     stratify: bool = True
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     bucketing: bool = False  # variable-length sequences (data.name=text, mode: paragraphs): batch similar lengths
+
+    @field_validator("num_samples")
+    @classmethod
+    def _enough_samples(cls, v: int) -> int:
+        if v < MIN_MNIST1D_SAMPLES:
+            raise ValueError(f"must be >= {MIN_MNIST1D_SAMPLES}: mnist1d makes num_samples // 10 per class, "
+                             "then splits them into train, validation and test")
+        return v
 
 
 class ModelConfig(_Section):
@@ -52,7 +74,7 @@ class OptimConfig(_Section):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)  # sgd only
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     # auto: fused Adam/AdamW kernels (one kernel for all parameters; ~1.4x a tiny model's step on CPU)
     implementation: Literal["auto", "fused", "foreach", "for-loop"] = "auto"
 
@@ -183,8 +205,8 @@ class BudgetConfig(_Section):
 class Config(_Section):
     """A whole run. `ecotrain fit RECIPE key.sub=value ...` builds one of these."""
 
-    name: str = "run"
-    seed: int = 0
+    name: str = "run"  # a name (letters, digits, . _ + -), not a path: the run folder is runs/<name>-<time>
+    seed: int = Field(0, ge=0, lt=2**63)
     deterministic: bool = True  # torch.use_deterministic_algorithms; needed for exact resume
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16-mixed", "fp16-mixed"] = "fp32"
@@ -202,6 +224,14 @@ class Config(_Section):
     callbacks: list[CallbackSpec] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_path(cls, v: str) -> str:
+        if not _NAME_RE.fullmatch(v):
+            raise ValueError("a run name is a name, not a path: letters, digits and . _ + - (up to 128), "
+                             "not starting with '.', '+' or '-'; choose the folder with --run-dir")
+        return v
 
     @model_validator(mode="after")
     def _budget_needs_ledger(self) -> "Config":
@@ -277,17 +307,28 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = Path(path)
         source = str(p)
+        if p.is_dir():
+            raise ConfigError(f"{p}: is a folder; give a recipe file (YAML), e.g. recipes/mnist1d_cnn.yaml")
         if not p.is_file():
             raise ConfigError(f"{p}: recipe not found")
         try:
-            tree = yaml.safe_load(p.read_text()) or {}
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8); a recipe is YAML text") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read the recipe ({exc.strerror or exc})") from None
+        try:
+            tree = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             line = f" line {where.line + 1}" if where else ""
             raise ConfigError(f"{p}:{line} not valid YAML") from None
+        if tree is None:
+            raise ConfigError(f"{p}: the recipe is empty; put in it the keys to set, e.g. 'data: {{name: digits}}' "
+                              "and 'model: {name: mlp}' (an empty mapping '{}' takes every default)")
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: a recipe must be a mapping of keys")
-        tree.setdefault("name", p.stem)
+        tree.setdefault("name", safe_name(p.stem))
     if overrides:
         tree = _merge(tree, parse_overrides(overrides))
         source += " + overrides"
