@@ -56,3 +56,73 @@ def test_cli_bad_config_is_one_line_exit_2(cli):
     r = cli("fit", RECIPE, "optim.lr=-1")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "optim.lr" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optim.lr=.inf", "optim.lr"), ("optim.lr=.nan", "optim.lr"), ("optim.weight_decay=.inf", "optim.weight_decay"),
+    ("optim.betas=[0.9, .nan]", "optim.betas.1"), ("ledger.prices={cpu: .inf}", "ledger.prices.cpu"),
+    ("budget.max_flops=.inf", "budget.max_flops"), ("distributed.timeout_seconds=.inf", "distributed.timeout_seconds"),
+])
+def test_every_float_is_finite(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(RECIPE, [override])
+    assert f"'{key}'" in str(e.value) and "finite" in str(e.value)
+
+
+def test_every_float_field_refuses_inf():
+    """The rule lives in the shared base section, so a float field added later is covered too."""
+    import pydantic
+
+    def walk(model):
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, pydantic.BaseModel):
+                yield from ((f"{name}.{k}", m) for k, m in walk(ann))
+            elif ann is float or ann == (float | None):
+                yield name, model
+    floats = list(walk(Config))
+    assert len(floats) > 10
+    for dotted, model in floats:
+        assert model.model_config.get("allow_inf_nan") is False, dotted
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "a\\b", ".", "..", ".hidden", "", "-x", "x" * 200])
+def test_run_name_is_not_a_path(name):
+    with pytest.raises(ConfigError, match="not a path"):
+        load_config(None, [f"name={name!r}"] if name else ["name=''"])
+
+
+@pytest.mark.parametrize("name", ["run", "mnist1d_cnn", "exp-3.lr+wd", "Été_2"])
+def test_run_name_accepts_names(name):
+    assert load_config(None, [f"name={name}"]).name == name
+
+
+def test_recipe_stem_becomes_a_valid_name(tmp_path):
+    p = tmp_path / "my recipe (v2).yaml"
+    p.write_text("seed: 1\n")
+    assert load_config(p).name == "my-recipe-v2"
+
+
+def test_empty_recipe_is_refused_but_an_empty_mapping_is_all_defaults(tmp_path):
+    for text in ("", "# only a comment\n", "\n\n"):
+        p = tmp_path / "empty.yaml"
+        p.write_text(text)
+        with pytest.raises(ConfigError, match="recipe is empty"):
+            load_config(p)
+    p.write_text("{}\n")
+    assert load_config(p).optim.lr == Config().optim.lr
+
+
+def test_unreadable_recipes_are_one_line(tmp_path):
+    p = tmp_path / "bytes.yaml"
+    p.write_bytes(bytes(range(128, 256)) * 3)
+    with pytest.raises(ConfigError, match="not a text file"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_config(tmp_path)
+
+
+def test_mnist1d_needs_a_minimum_of_samples():
+    with pytest.raises(ConfigError, match=r"'data.num_samples': must be >= 100"):
+        load_config(None, ["data.num_samples=1"])
+    assert load_config(None, ["data.num_samples=100"]).data.num_samples == 100
