@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,37 @@ import torch
 from ecotrain.config import Config
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, subset
 from ecotrain.data.split import stratified_split
-from ecotrain.errors import DataError
+from ecotrain.errors import DataError, EcotrainError
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one short line: `ValueError: message` (user code's messages may span lines)."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unreadable(path: Path, exc: BaseException, what: str) -> DataError:
+    """A user file that cannot be read: permissions, encoding, a damaged archive."""
+    if isinstance(exc, UnicodeDecodeError):
+        return DataError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8")
+    if isinstance(exc, OSError) and exc.strerror:
+        return DataError(f"{path}: cannot read the {what} ({exc.strerror})")
+    return DataError(f"{path}: cannot read the {what} ({describe(exc)})")
+
+
+def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None) -> None:
+    """Integer class ids from 0 to num_classes - 1 (or at least 0 when num_classes is unknown)."""
+    if torch.is_floating_point(y):
+        if not torch.equal(y, y.round()):
+            raise DataError(f"{where}: labels must be integer class ids, got fractional values")
+        y = y.long()
+    y = y.reshape(-1)
+    if y.min() < 0 or (num_classes is not None and y.max() >= num_classes):
+        allowed = f"from 0 to {num_classes - 1}" if num_classes is not None else "0 or more"
+        bad_row = int(((y < 0) | (y >= (num_classes or 1 << 62))).nonzero()[0, 0])
+        raise DataError(f"{where}: label {int(y[bad_row])} at row {bad_row} is out of range "
+                        f"(labels must be class ids {allowed})")
 
 
 def validate_arrays(x, y, where: str, num_classes: int | None = None) -> None:
@@ -32,20 +63,23 @@ def validate_arrays(x, y, where: str, num_classes: int | None = None) -> None:
         if bad.any():
             row = int(bad.reshape(len(x), -1).any(1).nonzero()[0])
             raise DataError(f"{where}: features hold NaN/Inf (first at row {row}); clean or impute them")
-    if torch.is_floating_point(y):
-        if not torch.equal(y, y.round()):
-            raise DataError(f"{where}: labels must be integer class ids, got fractional values")
-        y = y.long()
-    if y.min() < 0 or (num_classes is not None and y.max() >= num_classes):
-        hi = f"< {num_classes}" if num_classes is not None else ">= 0"
-        bad_row = int(((y < 0) | (y >= (num_classes or 1 << 62))).nonzero()[0])
-        raise DataError(f"{where}: label {int(y[bad_row])} at row {bad_row} is out of range (labels must be >= 0 and {hi})")
+    check_labels(y, where, num_classes)
 
 
 def _tensors(x, y, where: str, num_classes=None):
-    x = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    y_arr = np.asarray(y)
-    y = torch.as_tensor(y_arr.astype(np.float64) if y_arr.dtype.kind == "f" else y_arr)
+    x_arr, y_arr = np.asarray(x), np.asarray(y)
+    for what, a in (("features", x_arr), ("labels", y_arr)):
+        if a.dtype.kind not in "biuf":
+            raise DataError(f"{where}: {what} must be numbers, got dtype {a.dtype}; convert or encode them first")
+    if x_arr.ndim < 2:
+        raise DataError(f"{where}: features must have one row per sample, shape (samples, features...), "
+                        f"got shape {x_arr.shape}" + ("; use x[:, None] for one feature" if x_arr.ndim == 1 else ""))
+    if y_arr.ndim == 2 and y_arr.shape[1] == 1:
+        y_arr = y_arr[:, 0]
+    if y_arr.ndim != 1:
+        raise DataError(f"{where}: labels must be one class id per sample, shape (samples,), got shape {y_arr.shape}")
+    x = torch.as_tensor(x_arr.astype(np.float32))
+    y = torch.as_tensor(y_arr.astype(np.float64) if y_arr.dtype.kind == "f" else y_arr.astype(np.int64))
     validate_arrays(x, y, where, num_classes)
     return x, y.long()
 
@@ -77,24 +111,50 @@ def _npz(cfg: Config):
     try:
         z = np.load(path, allow_pickle=False)  # never unpickle user files
     except Exception as exc:
-        raise DataError(f"{path}: cannot read as .npz ({exc})") from None
-    for key in ("x", "y"):
-        if key not in z.files:
-            raise DataError(f"{path}: missing array '{key}' (found {z.files}); save with np.savez(path, x=..., y=...)")
-    train = _tensors(z["x"], z["y"], f"{path} x/y")
-    test = _tensors(z["x_test"], z["y_test"], f"{path} x_test/y_test") if "x_test" in z.files else None
+        raise DataError(f"{path}: cannot read as .npz ({describe(exc)})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise DataError(f"{path}: a single .npy array, not an .npz archive; save with np.savez(path, x=..., y=...)")
+    with z:
+        files = list(z.files)
+        for key in ("x", "y"):
+            if key not in files:
+                raise DataError(f"{path}: missing array '{key}' (found {files}); save with np.savez(path, x=..., y=...)")
+        if ("x_test" in files) != ("y_test" in files):
+            have, lack = ("x_test", "y_test") if "x_test" in files else ("y_test", "x_test")
+            raise DataError(f"{path}: has '{have}' but no '{lack}'; a test set needs both (or neither)")
+
+        def read(key: str):
+            try:
+                return z[key]
+            except ValueError as exc:
+                if "allow_pickle" in str(exc):  # dtype=object: the array is pickled Python objects
+                    raise DataError(f"{path}: array '{key}' holds Python objects (dtype=object), which only pickle "
+                                    "can read and ecotrain never unpickles; save numeric arrays") from None
+                raise DataError(f"{path}: cannot read array '{key}' ({describe(exc)})") from None
+            except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+                raise DataError(f"{path}: cannot read array '{key}' ({describe(exc)}); the archive is damaged") from None
+
+        train = _tensors(read("x"), read("y"), f"{path} x/y")
+        test = _tensors(read("x_test"), read("y_test"), f"{path} x_test/y_test") if "x_test" in files else None
     return train, test, None
 
 
 def _csv(cfg: Config):
     path = _need_path(cfg)
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not in the header
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc, "CSV file") from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a readable CSV file ({describe(exc)})") from None
     if len(rows) < 2:
         raise DataError(f"{path}: needs a header row and at least one data row")
     header, body = rows[0], rows[1:]
     if cfg.data.target not in header:
         raise DataError(f"{path}: no column '{cfg.data.target}' (columns: {header}); set data.target")
+    if len(header) < 2:
+        raise DataError(f"{path}: only the label column '{cfg.data.target}'; at least one feature column is needed")
     t = header.index(cfg.data.target)
     feats, labels = [], []
     for i, r in enumerate(body, start=2):
@@ -112,8 +172,15 @@ def _need_path(cfg: Config) -> Path:
     if not cfg.data.path:
         raise DataError(f"data.path: required for data.name={cfg.data.name}")
     p = Path(cfg.data.path)
+    if p.is_dir():
+        raise DataError(f"data.path: {p} is a folder; give the .{cfg.data.name} file")
     if not p.is_file():
         raise DataError(f"data.path: {p} not found")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise _unreadable(p, exc, f".{cfg.data.name} file") from None
     return p
 
 
@@ -121,10 +188,74 @@ def import_object(path: str, what: str):
     mod_name, sep, attr = path.partition(":")
     if not sep:
         raise DataError(f"{what}: '{path}' is not a built-in name nor an import path 'pkg.module:Name'")
+    if not mod_name or not attr:
+        raise DataError(f"{what}: '{path}' is not an import path 'pkg.module:Name'")
     try:
-        return getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
         raise DataError(f"{what}: cannot import '{path}' ({exc})") from None
+    except (Exception, SystemExit) as exc:  # the user's module itself failed while importing
+        raise DataError(f"{what}: importing module '{mod_name}' (for '{path}') raised {describe(exc)}") from None
+    try:
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise DataError(f"{what}: cannot import '{path}' (module '{mod_name}' has no attribute '{attr}')") from None
+    except Exception as exc:  # a module-level __getattr__ that raises
+        raise DataError(f"{what}: getting '{attr}' from module '{mod_name}' raised {describe(exc)}") from None
+    return obj
+
+
+def _user_dataset(cfg: Config):
+    """A map-style Dataset by import path (or a factory returning one), every item checked once:
+    an (x, y) pair, x of one shape and finite, y an integer class id. Returns (source, num_classes)."""
+    name = cfg.data.name
+    obj = import_object(name, "data.name")
+    where = f"data.name: dataset '{name}'"
+    try:
+        ds = obj(**cfg.data.kwargs) if callable(obj) else obj
+    except Exception as exc:
+        raise DataError(f"data.name: calling '{name}' with data.kwargs {cfg.data.kwargs} raised {describe(exc)}") from None
+    try:
+        n = len(ds)
+    except Exception as exc:
+        raise DataError(f"{where}: len() raised {describe(exc)}; a map-style Dataset needs __len__ and __getitem__") from None
+    if n == 0:
+        raise DataError(f"{where} is empty")
+    labels, shape0 = [], None
+    for i in range(n):
+        try:
+            item = ds[i]
+        except Exception as exc:
+            raise DataError(f"{where}: item {i} raised {describe(exc)}") from None
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise DataError(f"{where}: item {i} is {type(item).__name__}; each item must be an (x, y) pair")
+        try:
+            x, y = torch.as_tensor(item[0]), torch.as_tensor(item[1])
+        except Exception as exc:
+            raise DataError(f"{where}: item {i} is not numeric ({describe(exc)})") from None
+        if shape0 is None:
+            shape0 = x.shape
+        elif x.shape != shape0:
+            raise DataError(f"{where}: item {i} has x of shape {tuple(x.shape)} but item 0 {tuple(shape0)}; "
+                            "every x must have the same shape")
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            raise DataError(f"{where}: item {i}: x holds NaN/Inf; clean or impute it")
+        if y.numel() != 1 or not (y.dtype.is_floating_point or y.dtype in _INT_DTYPES):
+            raise DataError(f"{where}: item {i}: y must be one integer class id, got {tuple(y.shape)} {y.dtype}")
+        labels.append(y.reshape(()).item())
+    y_all = torch.tensor(labels)
+    num_classes = getattr(ds, "num_classes", None)
+    if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1):
+        raise DataError(f"{where}: num_classes must be a positive int, got {num_classes!r}")
+    check_labels(y_all, where, num_classes)
+    base = MapSource(ds)
+    base._labels = y_all.long()  # read once here; MapSource would read every item again
+    return base, num_classes or int(y_all.max()) + 1
+
+
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 BUILTIN = {"mnist1d": _mnist1d, "digits": _digits, "npz": _npz, "csv": _csv}
@@ -138,28 +269,36 @@ def load_data(cfg: Config) -> DataBundle:
 
         return load_text(cfg)
     if name in BUILTIN:
-        (x, y), test, num_classes = BUILTIN[name](cfg)
+        try:
+            (x, y), test, num_classes = BUILTIN[name](cfg)
+        except EcotrainError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as exc:
+            if name != "mnist1d":
+                raise
+            # mnist1d's generator, given data.kwargs it cannot use (a train_split of 0, a string for a number)
+            raise DataError(f"data: mnist1d could not make the dataset from data.num_samples={cfg.data.num_samples} "
+                            f"and data.kwargs={cfg.data.kwargs} ({describe(exc)})") from None
         base = ArraySource(x, y)
         num_classes = num_classes or int(y.max()) + 1
         test_src = ArraySource(*test) if test is not None else None
     else:
-        obj = import_object(name, "data.name")
-        ds = obj(**cfg.data.kwargs) if callable(obj) else obj
-        base, test_src = MapSource(ds), None
-        num_classes = getattr(ds, "num_classes", None) or int(base.labels().max()) + 1
-        if len(base) == 0:
-            raise DataError(f"data.name: dataset '{name}' is empty")
-        x0, y0 = ds[0]
-        validate_arrays(torch.as_tensor(x0)[None], torch.as_tensor([y0]), f"{name} item 0", num_classes)
+        (base, num_classes), test_src = _user_dataset(cfg), None
     labels = base.labels()
     if test_src is None and cfg.data.test_split > 0:
         keep, held = stratified_split(labels, cfg.data.test_split, cfg.seed + 1, cfg.data.stratify)
+        if len(keep) == 0:
+            raise DataError(f"data.test_split: {cfg.data.test_split} of {len(labels)} samples leaves no training "
+                            "samples; use more data or a smaller data.test_split")
         base, test_src = subset(base, keep), subset(base, held)
         labels = labels[keep]
     keep, held = stratified_split(labels, cfg.data.val_split, cfg.seed, cfg.data.stratify)
     if cfg.data.val_split > 0 and len(held) == 0:
         raise DataError(f"data.val_split: {cfg.data.val_split} of {len(labels)} samples leaves the validation split empty; "
                         "use more data, a larger split, or data.val_split=0")
+    if len(keep) == 0:
+        raise DataError(f"data.val_split: {cfg.data.val_split} of {len(labels)} samples leaves the train split empty "
+                        "(small classes go whole to validation); use more data or a smaller data.val_split")
     val = subset(base, held) if len(held) else None
     train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
