@@ -11,7 +11,7 @@ def stratified_split(labels: torch.Tensor, fraction: float, seed: int, stratify:
     with two or more samples), the same for the same seed."""
     n = len(labels)
     rng = np.random.default_rng(seed)
-    if fraction <= 0:
+    if fraction <= 0 or n == 0:  # nothing to hold out (the caller reports an empty split)
         return torch.arange(n), torch.arange(0)
     if not stratify:
         perm = rng.permutation(n)

@@ -100,12 +100,21 @@ def paragraph_rows(texts: list[bytes], seq_len: int, min_len: int) -> tuple[torc
     return rows, torch.tensor([len(p) - 1 for p in paras])
 
 
+def _int_option(kw: dict, key: str, default: int, minimum: int) -> int:
+    v = kw.pop(key, default)
+    if isinstance(v, float) and v.is_integer():  # 2000000.0
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise DataError(f"data.kwargs.{key}: must be an integer >= {minimum} (got {v!r})")
+    return v
+
+
 def load_text(cfg) -> DataBundle:
     kw = dict(cfg.data.kwargs)
-    seq_len = int(kw.pop("seq_len", 256))
-    max_bytes = int(kw.pop("max_bytes", 2_000_000))
+    seq_len = _int_option(kw, "seq_len", 256, 1)
+    max_bytes = _int_option(kw, "max_bytes", 2_000_000, 1)
     mode = kw.pop("mode", "packed")
-    min_len = int(kw.pop("min_len", 16))
+    min_len = _int_option(kw, "min_len", 16, 0)
     if kw:
         raise DataError(f"data.kwargs.{next(iter(kw))}: not a text option (seq_len, max_bytes, mode, min_len)")
     if mode not in ("packed", "paragraphs"):
