@@ -39,6 +39,10 @@ class Dist:
     def gather_objects(self, obj) -> list:
         return [obj]
 
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` on every rank (a picklable object: a run folder's path, a timestamp)."""
+        return obj
+
     def wrap(self, model: nn.Module, cfg) -> nn.Module:
         return model
 
@@ -91,6 +95,11 @@ class TorchDist(Dist):
         out = [None] * self.world_size
         self.td.all_gather_object(out, obj)
         return out
+
+    def broadcast_object(self, obj):
+        box = [obj if self.is_main else None]
+        self.td.broadcast_object_list(box, src=0)
+        return box[0]
 
     def wrap(self, model, cfg):
         if self.strategy == "ddp":
