@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, ConfigError, EcotrainError
+from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError, EcotrainError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
                    "or a state_dict file read with weights_only=True)")
     f.add_argument("--keep-optimizer", action="store_true", help="with --init-from a checkpoint: keep its optimizer state")
     f.add_argument("--allow-config-change", action="store_true", help="resume even though the config changed (listed)")
+    f.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir (its files are deleted)")
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
@@ -54,54 +55,64 @@ def cmd_fit(args) -> int:
     from pathlib import Path
 
     from ecotrain.checkpoint import latest_valid
-    from ecotrain.checkpoint.manager import warn
     from ecotrain.config import load_config
+    from ecotrain.log import log
 
     cfg = load_config(args.recipe, args.overrides)
-    resume = None
+    resume, overwrite = None, args.overwrite
     if args.resume == "auto":
         if not args.run_dir:
             raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
-        resume = latest_valid(Path(args.run_dir), warn)
-        print(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh", file=sys.stderr)
+        run_dir = Path(args.run_dir)
+        resume = latest_valid(run_dir, log.warning)
+        if resume is None and (run_dir / "summary.json").is_file() and not overwrite:
+            raise ConfigError(f"{run_dir}: holds a finished run without a valid checkpoint; nothing to resume. "
+                              "Choose a fresh --run-dir, or pass --overwrite to replace it")
+        # a first try killed before its first checkpoint left only a partial run: start it again
+        overwrite = overwrite or resume is None
+        log.info(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh")
     elif args.resume:
         resume = Path(args.resume)
-    return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from, args.keep_optimizer)
+    return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from, args.keep_optimizer,
+                overwrite)
 
 
 def cmd_resume(args) -> int:
     from pathlib import Path
 
-    import yaml
-
     from ecotrain.checkpoint import latest_valid
-    from ecotrain.checkpoint.manager import warn
-    from ecotrain.config import build_config, _merge, parse_overrides
+    from ecotrain.config import load_config
+    from ecotrain.log import log
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
-    ckpt = latest_valid(run_dir, warn)
+    ckpt = latest_valid(run_dir, log.warning)
     if ckpt is None:
-        raise EcotrainError(f"{run_dir}: no valid checkpoint to resume from")
-    tree = _merge(yaml.safe_load((run_dir / "config.yaml").read_text()), parse_overrides(args.overrides))
-    cfg = build_config(tree, f"{run_dir}/config.yaml")
-    print(f"resuming from {ckpt}", file=sys.stderr)
+        raise CheckpointError(f"{run_dir}/checkpoints: empty or missing, so there is nothing to resume; start the run "
+                              f"again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
+    cfg = load_config(run_dir / "config.yaml", args.overrides)
+    log.info(f"resuming from {ckpt}")
     return _run(cfg, run_dir, args.quiet, ckpt, args.allow_config_change)
 
 
-def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=None, keep_optimizer=False) -> int:
+def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=None, keep_optimizer=False,
+         overwrite=False) -> int:
     from ecotrain.trainer import fit
 
     result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
-                 init_from=init_from, keep_optimizer=keep_optimizer)
+                 init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite)
     s = result.summary
-    if not result.state.dist.is_main:  # under torchrun, rank 0 alone reports
-        return EXIT_PREEMPTED if s["stopped_because"] == "preempted" else 0
+    dist = result.state.dist
+    code = EXIT_PREEMPTED if s["stopped_because"] == "preempted" else EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
+    if dist.world_size > 1:
+        _HARD_EXIT.append(code)  # a torchrun worker: end with os._exit (see main)
+    if not dist.is_main:  # under torchrun, rank 0 alone reports
+        return code
     if s["stopped_because"] == "preempted":
         print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}")
         print(f"continue with: ecotrain resume {result.run_dir}")
-        return EXIT_PREEMPTED
+        return code
     line = f"stopped: {s['stopped_because']} after {s['steps']} steps ({s['epochs']} epochs) in {s['train_seconds']:.1f}s"
     print(line)
     if "test_accuracy" in s:
@@ -111,7 +122,7 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
         from ecotrain.accounting import read_ledger, summary_line
 
         print(summary_line(read_ledger(result.run_dir)))
-    return EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
+    return code
 
 
 def cmd_plan(args) -> int:
@@ -155,10 +166,19 @@ def cmd_compare(args) -> int:
 COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cmd_ledger, "compare": cmd_compare}
 
 
+# Set by _run when this process trained under torchrun with several ranks: its files are closed and
+# fsynced, and C++ teardown of the gloo group can abort at exit (distributed.py), so main() ends the
+# worker with os._exit. An explicit record of what this process did, not an environment variable.
+_HARD_EXIT: list[int] = []
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ecotrain.log import setup_cli_logging
+
+    setup_cli_logging()
     code = _main(argv)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun worker: files are closed and fsynced;
-        sys.stdout.flush()  # skip C++ teardown of the gloo group, which can abort at exit (distributed.py)
+    if _HARD_EXIT:
+        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code

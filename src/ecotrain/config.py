@@ -202,6 +202,19 @@ class BudgetConfig(_Section):
     max_cost: Optional[float] = Field(None, gt=0)  # in ledger.currency
 
 
+class EmaConfig(_Section):
+    """methods/ema.py: evaluate, test and save an exponential moving average of the weights."""
+
+    name: Literal["ema"]
+    decay: float = Field(0.999, gt=0, lt=1)
+    every: int = Field(1, gt=0)  # steps between updates
+    warmup: bool = True  # decay min(decay, (1+n)/(10+n)) over the first updates
+
+
+# One entry per method module under methods/; `name` picks the class (a discriminated union).
+MethodConfig = Annotated[Union[EmaConfig], Field(discriminator="name")]
+
+
 class Config(_Section):
     """A whole run. `ecotrain fit RECIPE key.sub=value ...` builds one of these."""
 
@@ -222,6 +235,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     callbacks: list[CallbackSpec] = Field(default_factory=list)
+    methods: list[MethodConfig] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 

@@ -28,3 +28,9 @@ class DataError(EcotrainError):
 
 class CheckpointError(EcotrainError):
     exit_code = EXIT_CHECKPOINT
+
+
+class PreemptedError(EcotrainError):
+    """A stop signal before training began: nothing to checkpoint, the job can simply be restarted."""
+
+    exit_code = EXIT_PREEMPTED

@@ -13,7 +13,6 @@ import time
 import torch
 
 from ecotrain.memory import recover_from_oom
-from ecotrain.task import normalized_loss
 
 
 def micro_batches(x, y, n_micro: int):
@@ -24,22 +23,26 @@ def micro_batches(x, y, n_micro: int):
 
 
 def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
-    """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss."""
-    model, prec, dist = state.model, state.precision, state.dist
+    """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss
+    (and leaves the summed named loss terms in `state.loss_parts` when methods add any)."""
+    model, prec, dist, objective = state.model, state.precision, state.dist, state.objective
     total_units = state.task.units(y) if n_micro > 1 else None
-    loss_sum = None
+    loss_sum = parts_sum = None
     for i, (xm, ym) in enumerate(micro_batches(x, y, n_micro)):
         with dist.grad_sync(model, last=i == n_micro - 1):  # DDP/FSDP: all-reduce on the last only
             with prec.autocast():
-                loss = normalized_loss(state.task, model(xm), ym, total_units)
+                loss, parts = objective(model, xm, ym, total_units, state)
             prec.backward(loss)
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+        if parts is not None:
+            parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
+    state.loss_parts = parts_sum
     return loss_sum
 
 
 def train_step(state, x, y, cbs) -> None:
     model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
-    n_micro = state.extra.get("micro_batches", loop_cfg.accumulate)  # raised by OOM recovery
+    n_micro = state.counters.micro_batches or loop_cfg.accumulate  # raised by OOM recovery
     try:
         loss_sum = backward_micro_batches(state, x, y, n_micro)
     except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)
@@ -54,6 +57,13 @@ def train_step(state, x, y, cbs) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def set_train_mode(state) -> None:
+    """`model.train()`, then the methods' `train_mode` (a BatchNorm freeze must survive it)."""
+    state.model.train()
+    if state.methods:
+        state.methods.train_mode(state.model)
+
+
 def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     """Run until a budget is spent or a callback asks to stop. Resumes from `state`'s position."""
     cfg = state.config.loop
@@ -65,52 +75,61 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     gc.collect()
     gc.freeze()  # set-up objects (modules, imports) leave the GC's scans
     gc.disable()  # tensors die by refcount; automatic collections mid-step cost ~5% on small models
-    t0 = time.perf_counter()
-    while not state.should_stop:
-        if cfg.max_steps and state.step >= cfg.max_steps:  # checked first: a resumed run may be done
-            state.stop("max_steps")
-            break
-        if cfg.max_epochs and state.epoch >= cfg.max_epochs:
-            state.stop("max_epochs")
-            break
-        cbs.on_epoch_start(state)
-        state.model.train()  # evaluate() puts it back after each eval
-        for idx in sampler.batches(state.epoch, state.batch_in_epoch):
-            cbs.on_step_start(state)
-            x, y = source.take(idx)
-            if augment:
-                x = augment(x)
-            if to_device:
-                x, y = x.to(state.device, non_blocking=True), y.to(state.device, non_blocking=True)
-            train_step(state, x, y, cbs)
-            state.step += 1
-            state.batch_in_epoch += 1
-            state.samples_seen += len(idx)
-            if per_step_schedule:
-                state.scheduler.step()
-            state.window_losses.append(state.loss)  # summed at log time: no tensor op per step
-            if state.step % cfg.log_every == 0:
-                cbs.on_log(state, log_record(state))
-                gc.collect(1)  # reclaim any reference cycles, at a time of our choosing
-            if cfg.eval_every and state.step % cfg.eval_every == 0:
-                cbs.on_eval_end(state, evaluate_fn(state))
-            if cfg.max_steps and state.step >= cfg.max_steps:
+    state.segment_start = time.perf_counter()
+    try:
+        while not state.should_stop:
+            if cfg.max_steps and state.step >= cfg.max_steps:  # checked first: a resumed run may be done
                 state.stop("max_steps")
-            cbs.on_step_end(state)  # after the step's log and eval: a checkpoint here is complete
-            if state.should_stop:
                 break
-        else:  # the epoch ran to its end
-            state.epoch += 1
-            state.batch_in_epoch = 0
-            if not per_step_schedule:
-                state.scheduler.step()
-            if not cfg.eval_every:
-                cbs.on_eval_end(state, evaluate_fn(state))
-            cbs.on_epoch_end(state)
-    state.train_seconds += time.perf_counter() - t0
-    gc.unfreeze()
-    if gc_was_enabled:
-        gc.enable()
+            if cfg.max_epochs and state.epoch >= cfg.max_epochs:
+                state.stop("max_epochs")
+                break
+            cbs.on_epoch_start(state)
+            set_train_mode(state)
+            for idx in sampler.batches(state.epoch, state.batch_in_epoch):
+                cbs.on_step_start(state)
+                x, y = source.take(idx)
+                if augment:
+                    x = augment(x)
+                if to_device:
+                    x, y = x.to(state.device, non_blocking=True), y.to(state.device, non_blocking=True)
+                train_step(state, x, y, cbs)
+                state.step += 1
+                state.batch_in_epoch += 1
+                state.samples_seen += len(idx)
+                if per_step_schedule:
+                    state.scheduler.step()
+                state.window_losses.append(state.loss)  # summed at log time: no tensor op per step
+                if state.loss_parts is not None:
+                    for k, v in state.loss_parts.items():
+                        state.window_parts.setdefault(k, []).append(v)
+                if state.step % cfg.log_every == 0:
+                    cbs.on_log(state, log_record(state))
+                    gc.collect(1)  # reclaim any reference cycles, at a time of our choosing
+                if cfg.eval_every and state.step % cfg.eval_every == 0:
+                    record = evaluate_fn(state)
+                    set_train_mode(state)
+                    cbs.on_eval_end(state, record)
+                if cfg.max_steps and state.step >= cfg.max_steps:
+                    state.stop("max_steps")
+                cbs.on_step_end(state)  # after the step's log and eval: a checkpoint here is complete
+                if state.should_stop:
+                    break
+            else:  # the epoch ran to its end
+                state.epoch += 1
+                state.batch_in_epoch = 0
+                if not per_step_schedule:
+                    state.scheduler.step()
+                if not cfg.eval_every:
+                    record = evaluate_fn(state)
+                    set_train_mode(state)
+                    cbs.on_eval_end(state, record)
+                cbs.on_epoch_end(state)
+    finally:  # a raising step must not leave the process without its garbage collector
+        state.train_seconds, state.segment_start = state.elapsed(), None
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
     cbs.on_fit_end(state)
 
 
@@ -119,6 +138,12 @@ def log_record(state) -> dict:
     loss = float(state.dist.all_reduce_sum(mean)) / state.dist.world_size  # the one host sync per log interval
     state.window_losses = []
     state.last_log = {"step": state.step, "epoch": state.epoch, "loss": loss, "lr": state.lr}
+    if state.window_parts:  # the methods' named loss terms, each a mean over the interval
+        names = list(state.window_parts)
+        means = torch.stack([torch.stack(state.window_parts[k]).float().mean() for k in names])
+        values = (state.dist.all_reduce_sum(means) / state.dist.world_size).tolist()
+        state.last_log.update({f"loss_{k}": v for k, v in zip(names, values)})
+        state.window_parts = {}
     return state.last_log
 
 

@@ -32,8 +32,13 @@ def _impl(cfg: OptimConfig, model: nn.Module) -> dict:
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+def build_optimizer(model: nn.Module, cfg: OptimConfig, groups: list[dict] | None = None) -> torch.optim.Optimizer:
+    """`groups`: a method's parameter groups (freezing, per-group LR); each group without its own
+    `weight_decay` gets optim.weight_decay. None: the default groups below."""
+    if groups is None:
+        groups = param_groups(model, cfg.weight_decay)
+    else:
+        groups = [{"weight_decay": cfg.weight_decay, **g} for g in groups]
     if cfg.name == "adamw":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **_impl(cfg, model))
     if cfg.name == "adam":  # Adam's decay is L2 in the gradient; AdamW's is decoupled

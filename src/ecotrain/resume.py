@@ -16,10 +16,11 @@ from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, un
 from ecotrain.checkpoint.state import environment, load_model_weights, restore
 from ecotrain.config import diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.log import log
 
 
 def _warn(msg: str) -> None:
-    print(f"ecotrain: warning: {msg}", file=sys.stderr)
+    log.warning(msg)
 
 
 def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_config_change: bool) -> dict:
@@ -36,24 +37,42 @@ def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_conf
     drift = [f"{k}: {saved_env[k]} -> {now[k]}" for k in now if k in saved_env and saved_env[k] != now[k]]
     if drift:
         _warn(f"resume environment differs, so the result may not be bit-identical: {'; '.join(drift)}")
-    whole = restore(state, cbs, augment, tensors, meta, folder)
-    return whole
+    return restore(state, cbs, augment, tensors, meta, folder, allow_missing=allow_config_change)
 
 
-def truncate_metrics(path: Path, offset: int) -> None:
-    """Drop metrics.jsonl lines written after the checkpoint (the killed run's last steps)."""
-    if path.exists() and path.stat().st_size > offset:
-        with open(path, "r+b") as f:
-            f.truncate(offset)
-            f.flush()
-            os.fsync(f.fileno())
+def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False) -> Path:
+    """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
+    when it has none, or when the optimizer state is wanted too."""
+    from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
+
+    best = path / "model.safetensors"
+    if best.is_file() and not (keep_optimizer or checkpoint_only):
+        _warn(f"--init-from {path}: a run folder; starting from its best weights {best}")
+        return best
+    ckpts = list_checkpoints(path)
+    ckpt = latest_valid(path, _warn) if ckpts else None
+    if ckpt is None:
+        why = "no valid checkpoint" if ckpts else "no checkpoints/"
+        if keep_optimizer and best.is_file():
+            raise CheckpointError(f"--init-from {path}: a run folder with {why}, so no optimizer state for "
+                                  "--keep-optimizer; drop it to start from model.safetensors")
+        raise CheckpointError(f"--init-from {path}: a run folder with {why}"
+                              + ("" if checkpoint_only else " and no model.safetensors") + ": no weights to start from")
+    _warn(f"--init-from {path}: a run folder; starting from its newest valid checkpoint {ckpt}")
+    return ckpt
 
 
 def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: bool) -> None:
-    """Load weights from a checkpoint folder, a .safetensors file or a plain state_dict file."""
+    """Load weights from a checkpoint folder, a run folder (its best weights), a .safetensors file or
+    a plain state_dict file."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"--init-from {path}: not found")
+    if path.is_dir() and not (path / "MANIFEST.json").exists():
+        if any((path / n).exists() for n in ("model.safetensors", "checkpoints", "config.yaml", "summary.json")):
+            path = _run_folder_weights(path, keep_optimizer)
+        elif path.name == "checkpoints" and any(p.name.startswith("step-") for p in path.iterdir()):
+            path = _run_folder_weights(path.parent, keep_optimizer, checkpoint_only=True)  # its newest valid one
     if path.is_dir():
         tensors, meta = read_checkpoint(path)
         skeleton = meta.pop("sharded", None)

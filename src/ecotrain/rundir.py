@@ -1,15 +1,26 @@
 """The run folder: config.yaml, metrics.jsonl, summary.json, model.safetensors (and checkpoints/).
 
-Files that must never be half-written go through `atomic_write`: temp name, fsync, rename."""
+Files that must never be half-written go through `atomic_write`: temp name, fsync, rename.
+`RunFolder` is the rule for a whole folder: a folder holding a run is resumed, or refused, or
+replaced only under `--overwrite`; nothing is written until the start is accepted, and a start
+that fails before training leaves no folder behind (docs/reliability.md)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
+
+from ecotrain.errors import ConfigError
+
+# What a run writes; a folder holding any of them holds a run.
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
+             "report.html")
 
 
 def default_run_dir(name: str) -> Path:
@@ -43,8 +54,58 @@ def write_config(run_dir: Path, config_dict: dict) -> None:
     atomic_write(run_dir / "config.yaml", yaml.safe_dump(config_dict, sort_keys=False).encode())
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _broadcast(dist, obj):
+    return dist.broadcast_object(obj) if hasattr(dist, "broadcast_object") else obj
+
+
+def holds_run(path: Path) -> list[str]:
+    """The run files in `path` (none: the folder is free to use)."""
+    return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []
+
+
+class RunFolder:
+    def __init__(self, path: Path, existed: bool, replace: list[str], is_main: bool):
+        self.path, self.existed, self.replace, self.is_main = path, existed, replace, is_main
+        self.accepted = False
+
+    @classmethod
+    def plan(cls, run_dir, name: str, dist, resuming: bool, overwrite: bool) -> "RunFolder":
+        """Decide and check the folder; writes nothing. Under torchrun rank 0 picks the default
+        name and every rank uses it."""
+        path = Path(run_dir) if run_dir else Path(_broadcast(dist, str(default_run_dir(name))))
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--run-dir {path}: is a file, not a folder; choose a folder path")
+        ckpts = path / "checkpoints"
+        if ckpts.exists() and not ckpts.is_dir():
+            raise ConfigError(f"{ckpts}: is a file, so no checkpoint can be saved there; move it away")
+        found = holds_run(path)
+        if found and not resuming and not overwrite:
+            raise ConfigError(f"{path}: already holds a run ({', '.join(found)}); continue it with `--resume auto` "
+                              f"(or `ecotrain resume {path}`), choose a fresh --run-dir, or pass --overwrite to replace it")
+        return cls(path, path.exists(), found if overwrite and not resuming else [], dist.is_main)
+
+    def accept(self, config_dict: dict, metrics_offset: Optional[int] = None) -> None:
+        """The start passed every check: only now is the folder written."""
+        if self.is_main:
+            for name in self.replace:  # --overwrite: the old run's files go, nothing else
+                p = self.path / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+            self.path.mkdir(parents=True, exist_ok=True)
+            write_config(self.path, config_dict)
+            if metrics_offset is not None:
+                truncate(self.path / "metrics.jsonl", metrics_offset)
+        self.accepted = True
+
+    def discard(self) -> None:
+        """A start that failed before it was accepted: remove the folder if this start made it."""
+        if self.is_main and not self.existed and self.path.is_dir():
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def truncate(path: Path, offset: int) -> None:
+    """Drop metrics.jsonl lines written after the checkpoint (the killed run's last steps)."""
+    if path.exists() and path.stat().st_size > offset:
+        with open(path, "r+b") as f:
+            f.truncate(offset)
+            f.flush()
+            os.fsync(f.fileno())

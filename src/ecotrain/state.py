@@ -1,11 +1,15 @@
 """TrainState: everything the loop and the callbacks share, passed as one explicit object.
 
 Callbacks read it and ask for changes through its flags (`should_stop`, `skip_step`), never by
-reaching into the loop."""
+reaching into the loop. Every figure has an owner and a field; there is no grab-bag: `Counters`
+are the loop's and the callbacks' event counts (checkpointed, summed over resumed segments),
+`progress_fields` are display strings for the progress bar only (never written to files).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,18 +21,36 @@ from ecotrain.distributed import Dist
 
 
 @dataclass
+class Counters:
+    """Event counts of a run; ride in the checkpoint, land in summary.json."""
+
+    oom_recoveries: int = 0  # memory.recover_from_oom
+    micro_batches: Optional[int] = None  # raised by OOM recovery; None: loop.accumulate
+    skipped_nonfinite_steps: int = 0  # DivergenceGuard, action=skip
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, sd: dict) -> None:
+        for k, v in sd.items():
+            if hasattr(self, k):
+                setattr(self, k, v)
+
+
+@dataclass
 class TrainState:
     config: Config
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    task: Any
+    objective: Any  # objective.Objective: the task loss plus the methods' named terms
     precision: Any
     device: torch.device
     steps_per_epoch: int
     total_steps: int  # the planned step budget (min of max_steps and max_epochs * steps_per_epoch)
     run_dir: Optional[Path] = None
     dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
+    methods: Any = None  # methods.Methods
 
     # position
     step: int = 0  # optimizer steps taken
@@ -43,7 +65,9 @@ class TrainState:
 
     # the latest numbers
     loss: Optional[torch.Tensor] = None  # this step's loss, detached, on device (no sync)
+    loss_parts: Optional[dict] = None  # this step's named loss terms (methods on), detached
     window_losses: list = field(default_factory=list)  # step losses since the last log line
+    window_parts: dict = field(default_factory=dict)  # term -> step values since the last log line
     last_log: dict = field(default_factory=dict)
     last_eval: dict = field(default_factory=dict)
 
@@ -53,16 +77,34 @@ class TrainState:
     best_weights: Optional[dict[str, torch.Tensor]] = None
     evals_since_best: int = 0
 
-    train_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)  # room for callbacks' own summary figures
+    counters: Counters = field(default_factory=Counters)
+    last_checkpoint: Optional[str] = None  # set by the Checkpointer
+    progress_fields: dict = field(default_factory=dict)  # display only (the ledger's kWh, gCO2e)
+    train_seconds: float = 0.0  # the loop's time, all segments; `elapsed()` for a live figure
+    segment_start: Optional[float] = None  # perf_counter when this segment's loop started
+
+    @property
+    def task(self):
+        return self.objective.task
 
     def stop(self, reason: str) -> None:
         if not self.should_stop:
             self.should_stop, self.stopped_because = True, reason
 
+    def elapsed(self) -> float:
+        """Training seconds so far, earlier segments included (a checkpoint saves this)."""
+        live = time.perf_counter() - self.segment_start if self.segment_start is not None else 0.0
+        return self.train_seconds + live
+
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
+
+    def eval_model(self) -> nn.Module:
+        """The module whose weights are evaluated, kept as best and saved: the bare model, or a
+        method's (EMA's average)."""
+        bare = self.dist.unwrap(self.model)
+        return self.methods.eval_model(bare) if self.methods else bare
 
     def position(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,

@@ -109,7 +109,7 @@ def test_energy_budget_and_live_cost_in_records(tiny_cfg, tmp_path):
     assert L["co2e"]["kg"] == pytest.approx(L["energy"]["kwh"] * L["co2e"]["g_per_kwh"] / 1000)
     rec = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][0]
     assert rec["step"] == 5 and rec["energy_kwh"] > 0 and rec["co2e_g"] > 0 and rec["flops"] == 5 * 32 * (FWD + BWD)
-    assert set(r.state.extra["progress_fields"]) == {"kWh", "gCO2e"}
+    assert set(r.state.progress_fields) == {"kWh", "gCO2e"}
 
 
 def test_forecast_after_the_first_epoch_warns(tiny_cfg, tmp_path, capsys):
@@ -159,7 +159,7 @@ def test_resume_adds_segments(tiny_cfg, tmp_path):
     first = fit(cfg, run_dir=tmp_path)
     a = ledger_of(tmp_path)
     cfg2 = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"max_steps": 50})})
-    fit(cfg2, run_dir=tmp_path, resume=first.state.extra["last_checkpoint"], allow_config_change=True)
+    fit(cfg2, run_dir=tmp_path, resume=first.state.last_checkpoint, allow_config_change=True)
     b = ledger_of(tmp_path)
     assert b["segments"] == 2 and b["steps"] == 50 and b["wall_seconds"] > a["wall_seconds"]
     assert b["flops"]["train"] == (FWD + BWD) * b["samples"]

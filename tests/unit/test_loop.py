@@ -9,29 +9,53 @@ from ecotrain.optim import lr_multiplier, param_groups
 from ecotrain.task import ClassificationTask
 
 
-def _grads_after(model, x, y, accumulate):
+class _Terms:
+    """Loss terms of both kinds: one per sample (a mean over the micro-batch's units) and one that
+    does not depend on the batch (a weight penalty)."""
+
+    key = "terms"
+
+    def loss_terms(self, batch, outputs, state):
+        x, _ = batch
+        w = next(iter(state.model.parameters()))
+        return {"out_l2": (outputs ** 2).mean(1).mean() * 0.1, "penalty": (w ** 2).sum() * 0.01,
+                "input_weighted": (outputs.sum(1) * x[:, 0]).mean()}
+
+
+def _grads_after(model, x, y, accumulate, terms=False):
     """Gradients of one effective batch through the loop's own backward_micro_batches."""
     from types import SimpleNamespace
 
     from ecotrain.distributed import Dist
     from ecotrain.loop import backward_micro_batches
+    from ecotrain.methods import Method, Methods
+    from ecotrain.objective import Objective
     from ecotrain.precision import Precision
+    methods = Methods([type("T", (_Terms, Method), {})()] if terms else [])
     state = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
-                            task=ClassificationTask())
-    backward_micro_batches(state, x, y, accumulate)
-    return [p.grad.clone() for p in model.parameters()]
+                            objective=Objective(ClassificationTask(), methods), task=ClassificationTask())
+    loss = backward_micro_batches(state, x, y, accumulate)
+    return [p.grad.clone() for p in model.parameters()], loss, state.loss_parts
 
 
+@pytest.mark.parametrize("terms", [False, True])
 @pytest.mark.parametrize("n, accumulate", [(32, 4), (30, 4), (7, 3)])  # uneven last micro-batch too
-def test_accumulation_equals_one_big_batch(n, accumulate):
+def test_accumulation_equals_one_big_batch(n, accumulate, terms):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3)).double()
     x, y = torch.randn(n, 5, dtype=torch.double), torch.randint(0, 3, (n,))
-    big = _grads_after(model, x, y, 1)
+    big, big_loss, big_parts = _grads_after(model, x, y, 1, terms)
     model.zero_grad()
-    acc = _grads_after(model, x, y, accumulate)
+    acc, acc_loss, acc_parts = _grads_after(model, x, y, accumulate, terms)
     for a, b in zip(big, acc):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(big_loss, acc_loss, rtol=1e-6)  # the task loss is computed in float32
+    if terms:  # each logged term is the one big batch's value too
+        assert set(big_parts) == {"task", "out_l2", "penalty", "input_weighted"}
+        for k in big_parts:
+            assert torch.allclose(big_parts[k], acc_parts[k], rtol=1e-6, atol=1e-9), k
+    else:
+        assert acc_parts is None
 
 
 def test_accumulated_run_matches_big_batch_run(tiny_cfg, tmp_path):

@@ -5,7 +5,7 @@ a time or money budget is set). FLOPs are counted once, on the first step of the
 accounted per sample actually trained and evaluated afterwards. CodeCarbon runs in its own
 background thread from `on_fit_start` to `on_fit_end`; its totals are read at log intervals.
 It runs before MetricsLogger and ProgressBar: each log record gains `energy_kwh`, `co2e_g` and
-`flops`, and `state.extra["progress_fields"]` the bar's kWh and gCO2e.
+`flops`, and `state.progress_fields` the bar's kWh and gCO2e.
 
 The ledger covers training: the loop's steps and periodic evaluations, summed over resumed segments
 (the steps a preempted run redoes after its last checkpoint are not counted twice; the final test
@@ -126,7 +126,7 @@ class Ledger(Callback):
             if spend["co2e_kg"] is not None:
                 record["co2e_g"] = spend["co2e_kg"] * 1000
                 fields["gCO2e"] = f"{spend['co2e_kg'] * 1000:.2g}"
-            state.extra.setdefault("progress_fields", {}).update(fields)
+            state.progress_fields.update(fields)
         self._stop_if_spent(state, spend, budget_mod.ENERGY_BUDGETS)
 
     def on_eval_end(self, state, record):
@@ -183,8 +183,7 @@ class Ledger(Callback):
             energy.update(kwh=None, missing_reason=f"an earlier segment: {self.prior['energy_missing']}")
         elif energy["kwh"] is not None:
             energy["kwh"] += self.prior["energy_kwh"]
-        self.result = self._build(state, spend, energy)
-        state.extra["ledger"] = self.result
+        self.result = self._build(state, spend, energy)  # the trainer writes it as ledger.json
 
     def on_exception(self, state, exc):
         if self._counter.active:

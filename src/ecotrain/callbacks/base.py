@@ -2,19 +2,25 @@
 
 Hooks, in the order a run meets them:
   on_fit_start, on_epoch_start, on_step_start, on_after_backward, on_step_end, on_log,
-  on_eval_end, on_epoch_end, on_save, on_fit_end, on_exception;
-plus state_dict / load_state_dict so a callback's own state rides in the checkpoint.
+  on_eval_end, on_epoch_end, on_fit_end, on_exception;
+plus state_dict / load_state_dict so a callback's own state rides in the checkpoint, keyed by the
+callback's stable `state_key` (its class name by default), never by its position in the list: the
+list changes with the TTY, `--quiet` and the rank.
 A callback asks for changes through TrainState flags (`state.stop(...)`, `state.skip_step`).
 """
 
 from __future__ import annotations
 
 HOOKS = ("on_fit_start", "on_epoch_start", "on_step_start", "on_after_backward", "on_step_end",
-         "on_log", "on_eval_end", "on_epoch_end", "on_save", "on_fit_end", "on_exception")
+         "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_exception")
 
 
 class Callback:
-    """Override only the hooks you need; each gets the TrainState (and on_log/on_eval_end the record)."""
+    """Override only the hooks you need; each gets the TrainState (and on_log/on_eval_end the record).
+    A stateful callback (one that overrides `state_dict`) may set `state_key` when two instances of
+    its class run together."""
+
+    state_key: str | None = None
 
     def on_fit_start(self, state): ...
     def on_epoch_start(self, state): ...
@@ -24,7 +30,6 @@ class Callback:
     def on_log(self, state, record: dict): ...
     def on_eval_end(self, state, record: dict): ...
     def on_epoch_end(self, state): ...
-    def on_save(self, state, path): ...
     def on_fit_end(self, state): ...
     def on_exception(self, state, exc: BaseException): ...
 
@@ -56,11 +61,33 @@ class CallbackList:
                 fn(*args)
         return call
 
-    def state_dict(self) -> dict:
-        return {f"{i}:{type(cb).__name__}": cb.state_dict() for i, cb in enumerate(self.callbacks)}
+    def stateful(self) -> dict:
+        """{stable key: callback} of the callbacks that override `state_dict`."""
+        out: dict = {}
+        for cb in self.callbacks:
+            if getattr(type(cb), "state_dict") is getattr(Callback, "state_dict") or getattr(cb, "state_in_methods", False):
+                continue
+            key = cb.state_key or type(cb).__qualname__
+            if key in out:
+                raise ValueError(f"two callbacks share the state key '{key}'; give one a distinct `state_key`")
+            out[key] = cb
+        return out
 
-    def load_state_dict(self, sd: dict) -> None:
-        for i, cb in enumerate(self.callbacks):
-            key = f"{i}:{type(cb).__name__}"
+    def state_dict(self) -> dict:
+        return {key: cb.state_dict() for key, cb in self.stateful().items()}
+
+    def load_state_dict(self, sd: dict, where="checkpoint", allow_missing: bool = False) -> list[str]:
+        """Restore each stateful callback; one whose state is missing is an error (its state
+        would silently restart), or, with `allow_missing`, returned for a warning."""
+        missing = []
+        for key, cb in self.stateful().items():
             if key in sd:
                 cb.load_state_dict(sd[key])
+            elif allow_missing:
+                missing.append(key)
+            else:
+                from ecotrain.errors import CheckpointError
+                raise CheckpointError(f"{where}: the checkpoint holds no state for callback '{key}' (saved: "
+                                      f"{sorted(sd) or 'none'}); resume with the same callbacks, or pass "
+                                      "--allow-config-change to start it afresh")
+        return missing

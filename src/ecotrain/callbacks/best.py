@@ -22,7 +22,7 @@ class BestTracker(Callback):
         value = record[self.monitor]
         if self.improved(value, state.best_metric):
             state.best_metric, state.best_step, state.evals_since_best = value, state.step, 0
-            state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in state.model.state_dict().items()}
+            state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in state.eval_model().state_dict().items()}
         else:
             state.evals_since_best += 1
 

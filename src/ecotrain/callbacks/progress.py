@@ -47,7 +47,7 @@ class ProgressBar(Callback):
         for k, v in state.last_eval.items():
             if k.startswith("val_"):
                 parts.append(f"{k} {v:.4f}")
-        parts += [f"{k} {v}" for k, v in state.extra.get("progress_fields", {}).items()]
+        parts += [f"{k} {v}" for k, v in state.progress_fields.items()]
         return "  ".join(parts)
 
     def on_log(self, state, record):

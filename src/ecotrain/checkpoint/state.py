@@ -17,6 +17,7 @@ import torch
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import flatten, unflatten
 from ecotrain.errors import CheckpointError
+from ecotrain.log import log
 
 
 def rng_state() -> dict:
@@ -59,12 +60,14 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
         "rng": rng_state(),
         "augment": augment.state_dict(),
         "callbacks": cbs.state_dict(),
+        "methods": state.methods.state_dict() if state.methods else {},
+        "counters": state.counters.state_dict(),
         "position": state.position(),
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
                  "weights": state.best_weights},
         "window_losses": window,
         "last_log": state.last_log, "last_eval": state.last_eval,
-        "train_seconds": state.train_seconds, "extra": state.extra,
+        "train_seconds": state.elapsed(),
         "config": state.config.to_dict(), "dataset_hash": dataset_hash,
         "metrics_offset": metrics_offset, "env": environment(state),
     }
@@ -82,11 +85,12 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
 def environment(state) -> dict:
     """What, when it differs on resume, can break bit-exactness."""
     return {"torch": torch.__version__, "device": state.device.type, "deterministic": state.config.deterministic,
-            "threads": torch.get_num_threads(), "world_size": state.extra.get("world_size", 1)}
+            "threads": torch.get_num_threads(), "world_size": state.dist.world_size}
 
 
-def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict:
-    """Load a captured state into freshly built parts. Returns the full (unflattened) state dict."""
+def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_missing: bool = False) -> dict:
+    """Load a captured state into freshly built parts. Returns the full (unflattened) state dict.
+    `allow_missing`: a callback without saved state starts afresh (with a warning) instead of failing."""
     skeleton = meta.pop("sharded", None)  # refers to the shards, not to tensors.safetensors
     whole = unflatten(meta, tensors)
     if skeleton is not None:  # DCP reshards to this run's world size
@@ -100,7 +104,12 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict
     mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"], "window": whole["window_losses"]}])
     mine = mine[state.dist.rank] if state.dist.rank < len(mine) else mine[0]
     augment.load_state_dict(mine["augment"])
-    cbs.load_state_dict(whole["callbacks"])
+    missing = cbs.load_state_dict(whole["callbacks"], where, allow_missing)
+    if missing:
+        log.warning(f"callbacks without saved state start afresh: {', '.join(missing)}")
+    if state.methods:
+        state.methods.load_state_dict(whole.get("methods", {}), where)
+    state.counters.load_state_dict(whole.get("counters", {}))
     pos = whole["position"]
     state.step, state.epoch, state.batch_in_epoch, state.samples_seen = (
         pos["step"], pos["epoch"], pos["batch_in_epoch"], pos["samples_seen"])
@@ -110,7 +119,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path) -> dict
     wl = mine["window"]
     state.window_losses = list(wl.to(state.device).unbind()) if wl is not None else []
     state.last_log, state.last_eval = whole["last_log"], whole["last_eval"]
-    state.train_seconds, state.extra = whole["train_seconds"], whole["extra"]
+    state.train_seconds, state.last_checkpoint = whole["train_seconds"], str(where)
     set_rng_state(mine["rng"])  # last: nothing above may draw random numbers after it
     return whole
 

@@ -1,0 +1,142 @@
+"""Finishing a run: the final weights (best, else the last evaluated), the methods' `finalize`,
+one test pass, the train/val gap, and the run folder's results: model.safetensors,
+summary.json (schema: `Summary`) and ledger.json."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors.torch import save as st_save
+from torch import nn
+
+from ecotrain.assemble import Run, evaluate_split
+from ecotrain.rundir import atomic_write, write_json
+
+
+@dataclass
+class Summary:
+    """summary.json. Optional figures are left out when they do not apply (None)."""
+
+    name: str
+    steps: int  # optimizer steps, all segments
+    epochs: int  # completed epochs
+    samples_seen: int
+    stopped_because: str  # max_steps | max_epochs | early_stopping | diverged | preempted | budget:<name>
+    train_seconds: float  # the loop's wall time, all segments (set-up, final test and saves excluded)
+    steps_per_second: Optional[float]
+    best_val_metric: Optional[float]  # of `monitor`, on the validation split
+    best_step: Optional[int]
+    monitor: str
+    dataset_hash: str  # sha256 of every split's content
+    versions: dict  # python, torch, ecotrain
+    device: str
+    world_size: int  # the last segment's (torchrun processes)
+    last_checkpoint: Optional[str]
+    oom_recoveries: int  # Counters, summed over segments
+    skipped_nonfinite_steps: int
+    micro_batches: Optional[int] = None  # the micro-batch count OOM recovery settled on
+    fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
+    padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
+    methods: dict = field(default_factory=dict)  # each method's own figures, by key
+    metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        metrics = d.pop("metrics")
+        if not d["methods"]:
+            del d["methods"]
+        return {**{k: v for k, v in d.items() if v is not None or k in _ALWAYS}, **metrics}
+
+
+_ALWAYS = {"best_val_metric", "best_step", "last_checkpoint", "steps_per_second"}
+
+
+def finish(run: Run) -> dict:
+    """Test once on the final weights, measure the train/val gap, write weights and summary.json."""
+    state, bundle, dist = run.state, run.bundle, run.state.dist
+    cfg, bare = state.config, dist.unwrap(state.model)
+    restore_best = cfg.early_stopping.restore_best or not cfg.early_stopping.enabled
+    if state.best_weights is not None and restore_best:
+        bare.load_state_dict(state.best_weights)  # the best evaluated weights (EMA's average with EMA on)
+    elif state.eval_model() is not bare:
+        bare.load_state_dict(state.eval_model().state_dict())  # the last evaluated weights
+    if state.methods:
+        state.methods.finalize(bare, bundle)  # precise BN, pruning made permanent, ...
+    weights = dist.full_state_dict(state.model)  # a collective under FSDP: every rank takes part
+    if dist.is_main:
+        save_weights(run.folder.path / "model.safetensors", weights)
+        exported = state.methods.export(bare) if state.methods else {}
+        if exported:
+            save_weights(run.folder.path / "export.safetensors", exported)
+    metrics = final_metrics(state, bundle)
+    summary = make_summary(run, metrics).to_json()
+    if dist.is_main:
+        write_json(run.folder.path / "summary.json", summary)
+        write_ledger(run)
+    return summary
+
+
+def final_metrics(state, bundle) -> dict:
+    out: dict[str, Any] = {}
+    n_gap = min(len(bundle.train), 5000)  # enough to measure the gap without a full pass on big data
+    train_m = evaluate_split(state, _head(bundle.train, n_gap), "train", final=True)
+    out.update(train_m)
+    if bundle.val is not None:
+        val_m = evaluate_split(state, bundle.val, "val", final=True)
+        out.update(val_m)
+        key = "accuracy" if "train_accuracy" in train_m else "loss"
+        out["train_val_gap"] = round(train_m[f"train_{key}"] - val_m[f"val_{key}"], 6)
+    if bundle.test is not None:
+        out.update(evaluate_split(state, bundle.test, "test", final=True))
+    return out
+
+
+def make_summary(run: Run, metrics: dict) -> Summary:
+    state, cfg, c = run.state, run.state.config, run.state.counters
+    secs = state.train_seconds
+    return Summary(
+        name=cfg.name, steps=state.step, epochs=state.epoch, samples_seen=state.samples_seen,
+        stopped_because=state.stopped_because or "", train_seconds=round(secs, 4),
+        steps_per_second=round(state.step / secs, 2) if secs > 0 else None,
+        best_val_metric=state.best_metric, best_step=state.best_step, monitor=cfg.early_stopping.monitor,
+        dataset_hash=run.bundle.content_hash, versions=versions(), device=str(state.device),
+        world_size=state.dist.world_size, last_checkpoint=state.last_checkpoint,
+        oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps,
+        micro_batches=c.micro_batches,
+        fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
+        padding_ratio=run.facts.get("padding_ratio"),
+        methods=state.methods.summary() if state.methods else {}, metrics=metrics)
+
+
+def write_ledger(run: Run) -> None:
+    if run.state.dist.is_main and run.ledger is not None and run.ledger.result is not None:
+        from ecotrain.accounting import write_ledger as write
+
+        write(run.folder.path, run.ledger.result)
+
+
+def preempted_summary(run: Run) -> dict:
+    """A preempted run is not finished: no test, no final weights; its ledger so far is written."""
+    write_ledger(run)
+    return {"stopped_because": "preempted", "steps": run.state.step, "checkpoint": run.state.last_checkpoint}
+
+
+def save_weights(path: Path, model_or_sd) -> None:
+    sd = model_or_sd.state_dict() if isinstance(model_or_sd, nn.Module) else model_or_sd
+    atomic_write(path, st_save({k: v.detach().cpu().contiguous().clone() for k, v in sd.items()}))
+
+
+def versions() -> dict:
+    import ecotrain
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "ecotrain": ecotrain.__version__}
+
+
+def _head(source, n: int):
+    from ecotrain.data import subset
+
+    return source if len(source) <= n else subset(source, torch.arange(n))

@@ -1,0 +1,38 @@
+"""ecotrain's messages go through the `ecotrain` logger, so users can silence or redirect them.
+
+The CLI installs one stderr handler with one format (`ecotrain: warning: ...`); under torchrun
+only rank 0 emits (`RankZeroFilter`), so a message is printed once, not once per rank. The
+one-line user errors (`ecotrain: error: ...`) and a command's own results stay on the CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+log = logging.getLogger("ecotrain")
+
+
+class RankZeroFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return os.environ.get("RANK", "0") == "0"
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"ecotrain: {level}{record.getMessage()}"
+
+
+def setup_cli_logging(level: int = logging.INFO) -> None:
+    """One stderr handler for the command line (idempotent)."""
+    if any(getattr(h, "_ecotrain", False) for h in log.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler._ecotrain = True  # type: ignore[attr-defined]
+    handler.setFormatter(_Format())
+    handler.addFilter(RankZeroFilter())
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
