@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 import xxhash
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ecotrain.errors import CheckpointError
@@ -124,16 +124,50 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
     return folder
 
 
+def tensor_refs(skel: Any) -> set[str]:
+    """The tensor paths a `flatten` skeleton refers to."""
+    if isinstance(skel, dict):
+        if "__tensor__" in skel:
+            return {skel["__tensor__"]}
+        return set().union(*map(tensor_refs, skel.values())) if skel else set()
+    if isinstance(skel, list):
+        return set().union(*map(tensor_refs, skel)) if skel else set()
+    return set()
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+
+
+def safetensors_keys(path: Path, what: str) -> set[str]:
+    """Parse a .safetensors file's header (offsets must cover the file exactly); its tensor names."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{what}: not a readable safetensors file ({_reason(exc)})") from None
+
+
 def verify_checkpoint(folder: Path) -> dict:
-    """Check a checkpoint folder without loading it: manifest, no stray or pickle files, checksums."""
+    """Check a checkpoint folder without loading its tensors: manifest, no stray or pickle files,
+    checksums, every safetensors header parses, and meta.json's tensors are all in tensors.safetensors."""
     folder = Path(folder)
+    try:
+        return _verify(folder)
+    except OSError as exc:  # a file that cannot be read (permissions, I/O error)
+        raise CheckpointError(f"{folder}: cannot be read ({_reason(exc)})") from None
+
+
+def _verify(folder: Path) -> dict:
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such checkpoint folder")
     if not (folder / MANIFEST).is_file():
+        if not any((folder / n).exists() for n in FILES):
+            raise CheckpointError(f"{folder}: not a checkpoint folder (no {MANIFEST}, {' or '.join(FILES)})")
         raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST}); it was interrupted mid-save")
     try:
         listed = set(json.loads((folder / MANIFEST).read_text()).get("files", {}))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         listed = set(FILES)
     for p in sorted(folder.rglob("*")):
         rel = str(p.relative_to(folder))
@@ -148,22 +182,45 @@ def verify_checkpoint(folder: Path) -> dict:
         manifest = json.loads((folder / MANIFEST).read_text())
     except ValueError:
         raise CheckpointError(f"{folder}: {MANIFEST} is not valid JSON") from None
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{folder}: format {manifest.get('format')!r} is not {FORMAT!r}")
-    for name, info in manifest["files"].items():
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"{folder}: format {found!r} is not {FORMAT!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(i, dict) for i in files.values()) \
+            or not set(FILES) <= set(files):
+        raise CheckpointError(f"{folder}: {MANIFEST} does not list {' and '.join(FILES)} with their checksums")
+    for name, info in files.items():
         p = folder / name
         if not p.is_file():
             raise CheckpointError(f"{folder}: {name} is missing")
-        if p.stat().st_size != info["bytes"] or _digest(p) != info.get("xxh3_128"):
+        if p.stat().st_size != info.get("bytes") or _digest(p) != info.get("xxh3_128"):
             raise CheckpointError(f"{folder}: {name} does not match its checksum (corrupt or truncated)")
+    # the checksums only say the files are the ones the manifest lists: check that they also parse
+    keys = {}
+    for name in files:
+        if name.endswith(".safetensors"):
+            keys[name] = safetensors_keys(folder / name, f"{folder}: {name}")
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except ValueError:
+        raise CheckpointError(f"{folder}: meta.json is not valid JSON") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{folder}: meta.json is not a JSON object")
+    missing = tensor_refs({k: v for k, v in meta.items() if k != "sharded"}) - keys["tensors.safetensors"]
+    if missing:
+        raise CheckpointError(f"{folder}: tensors.safetensors lacks {len(missing)} tensor(s) that meta.json "
+                              f"refers to, e.g. '{min(missing)}'; the files do not belong together")
     return manifest
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """Verify, then load `(tensors, meta)`. Never unpickles anything."""
     verify_checkpoint(folder)
-    tensors = load_file(str(Path(folder) / "tensors.safetensors"))
-    meta = json.loads((Path(folder) / "meta.json").read_text())
+    try:
+        tensors = load_file(str(Path(folder) / "tensors.safetensors"))
+        meta = json.loads((Path(folder) / "meta.json").read_text())
+    except (SafetensorError, OSError, ValueError) as exc:  # changed since it was verified
+        raise CheckpointError(f"{folder}: cannot be read ({_reason(exc)})") from None
     return tensors, meta
 
 
@@ -172,7 +229,11 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     `weights_only=True` (tensors and plain containers only: no code runs)."""
     path = Path(path)
     if path.suffix == ".safetensors":
-        return load_file(str(path))
+        safetensors_keys(path, str(path))  # one line for a file that is not safetensors
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({_reason(exc)})") from None
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # weights_only refuses arbitrary objects with an UnpicklingError

@@ -27,18 +27,24 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     d = checkpoint_dir(run_dir)
     if not d.is_dir():
         return []
-    found = [p for p in d.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    try:
+        found = [p for p in d.iterdir()
+                 if p.name.startswith("step-") and p.name[5:].isascii() and p.name[5:].isdigit() and p.is_dir()]
+    except OSError as exc:
+        raise CheckpointError(f"{d}: cannot list the checkpoints ({exc.strerror or exc})") from None
     return sorted(found, key=_step_of, reverse=True)
 
 
-def latest_valid(run_dir: Path, warn=print) -> Optional[Path]:
-    """The newest checkpoint that verifies; each newer broken one is reported and skipped."""
+def latest_valid(run_dir: Path, warn=None) -> Optional[Path]:
+    """The newest checkpoint that verifies; each newer broken one is reported and skipped.
+    `warn(message)` gets one message per skipped checkpoint (default: `ecotrain: warning: ...` on stderr)."""
+    warn = warn or (lambda msg: print(f"ecotrain: warning: {msg}", file=sys.stderr))
     for p in list_checkpoints(run_dir):
         try:
-            verify_checkpoint(p)
+            verify_checkpoint(p)  # manifest, checksums, safetensors headers, meta.json's tensors present
             return p
         except CheckpointError as exc:
-            warn(f"ecotrain: warning: skipping checkpoint: {exc}")
+            warn(f"skipping checkpoint: {exc}")
     return None
 
 
