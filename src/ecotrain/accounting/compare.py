@@ -19,11 +19,24 @@ BY = ("flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost")
 
 
 def load_run(run_dir: str) -> tuple[dict, dict]:
-    path = Path(run_dir) / "summary.json"
-    ledger = read_ledger(run_dir)
+    """(summary.json, ledger.json) of a finished run folder; one line naming the file when one is missing."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise ConfigError(f"{run_dir}: not a run folder (no such folder)" if not folder.exists()
+                          else f"{run_dir}: a file, not a run folder (looked for {run_dir}/summary.json)")
+    path = folder / "summary.json"
     if not path.is_file():
+        if not (folder / "config.yaml").is_file():
+            raise ConfigError(f"{run_dir}: not a run folder (no summary.json, no config.yaml); "
+                              "give the folders that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no summary.json (the run did not finish)")
-    return json.loads(path.read_text()), ledger
+    try:
+        summary = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return summary, read_ledger(run_dir)
 
 
 def _values(runs, get) -> list:

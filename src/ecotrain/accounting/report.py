@@ -38,14 +38,23 @@ def write_ledger(run_dir: Path, ledger: Optional[dict]) -> None:
 
 
 def read_ledger(run_dir) -> dict:
+    """A run folder's ledger.json; one line naming the file when it is missing or unreadable."""
     path = Path(run_dir) / "ledger.json"
     if not path.is_file():
-        why = "not a run folder" if not (Path(run_dir) / "config.yaml").is_file() else "no ledger.json (ledger off?)"
-        raise ConfigError(f"{run_dir}: {why}")
+        if not Path(run_dir).is_dir():
+            raise ConfigError(f"{run_dir}: not a run folder (no such folder; looked for {path})")
+        if not (Path(run_dir) / "config.yaml").is_file():
+            raise ConfigError(f"{run_dir}: not a run folder (no ledger.json, no config.yaml); "
+                              "give a folder that `ecotrain fit` wrote")
+        raise ConfigError(f"{run_dir}: no ledger.json (the run had ledger.enabled=false, or did not finish)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise ConfigError(f"{path}: not valid JSON") from None
+        ledger = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
+    missing = [k for k in ("energy", "co2e", "cost") if not isinstance(ledger, dict) or not isinstance(ledger.get(k), dict)]
+    if missing:
+        raise ConfigError(f"{path}: not an ecotrain ledger (no '{missing[0]}' section)")
+    return ledger
 
 
 def num(x, unit: str = "") -> str:
