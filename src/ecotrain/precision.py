@@ -53,17 +53,15 @@ class Precision:
         if self.scaler:
             self.scaler.unscale_(opt)
 
-    def step(self, opt: torch.optim.Optimizer) -> bool:
-        """Step the optimizer; False when the scaler skipped it for inf/NaN gradients."""
+    def step(self, opt: torch.optim.Optimizer) -> None:
+        """Step the optimizer; with fp16, the scaler skips steps with inf/NaN gradients (counted)."""
         if not self.scaler:
             opt.step()
-            return True
+            return
         before = self.scaler.get_scale()
         self.scaler.step(opt)
         self.scaler.update()
-        skipped = self.scaler.get_scale() < before  # the scale only drops on a skipped step
-        self.skipped_steps += int(skipped)
-        return not skipped
+        self.skipped_steps += int(self.scaler.get_scale() < before)  # the scale only drops on a skipped step
 
     def state_dict(self) -> dict:
         return {"scaler": self.scaler.state_dict() if self.scaler else None, "skipped_steps": self.skipped_steps}

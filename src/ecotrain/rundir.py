@@ -54,10 +54,6 @@ def write_config(run_dir: Path, config_dict: dict) -> None:
     atomic_write(run_dir / "config.yaml", yaml.safe_dump(config_dict, sort_keys=False).encode())
 
 
-def _broadcast(dist, obj):
-    return dist.broadcast_object(obj) if hasattr(dist, "broadcast_object") else obj
-
-
 def holds_run(path: Path) -> list[str]:
     """The run files in `path` (none: the folder is free to use)."""
     return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []
@@ -72,7 +68,7 @@ class RunFolder:
     def plan(cls, run_dir, name: str, dist, resuming: bool, overwrite: bool) -> "RunFolder":
         """Decide and check the folder; writes nothing. Under torchrun rank 0 picks the default
         name and every rank uses it."""
-        path = Path(run_dir) if run_dir else Path(_broadcast(dist, str(default_run_dir(name))))
+        path = Path(run_dir) if run_dir else Path(dist.broadcast_object(str(default_run_dir(name))))
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--run-dir {path}: is a file, not a folder; choose a folder path")
         ckpts = path / "checkpoints"

@@ -14,8 +14,6 @@ import torch.nn.functional as F
 
 
 class ClassificationTask:
-    monitor_default = "val_loss"
-
     def __init__(self, label_smoothing: float = 0.0):
         self.label_smoothing = label_smoothing
 
@@ -35,7 +33,6 @@ class LanguageModelTask:
     The units are the non-padding target tokens, so the loss is a mean per token and
     `normalized_loss` stays exact under accumulation however the padding falls."""
 
-    monitor_default = "val_loss"
     IGNORE = -100
 
     def units(self, y: torch.Tensor) -> int:

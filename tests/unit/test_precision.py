@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from ecotrain import fit
+from ecotrain import Callback, fit
 from ecotrain.errors import ConfigError
 from ecotrain.precision import Precision
 
@@ -36,13 +36,14 @@ def test_fp16_skips_step_with_inf_gradients_and_counts_it():
     scale = prec.scaler.get_scale()
     _backward(prec, model)
     model.weight.grad[0, 0] = float("inf")
-    assert prec.step(opt) is False
+    prec.step(opt)
     assert prec.skipped_steps == 1 and prec.scaler.get_scale() == scale / 2
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k  # the poisoned step changed nothing
     opt.zero_grad()
     _backward(prec, model)
-    assert prec.step(opt) is True and prec.skipped_steps == 1
+    prec.step(opt)
+    assert prec.skipped_steps == 1
     assert not torch.equal(model.weight, before["weight"])
 
 
@@ -78,13 +79,32 @@ def test_unsupported_autocast_is_a_clear_error(monkeypatch):
         Precision("fp16-mixed", CPU)
 
 
+class _HugeInitialScale(Callback):
+    """Starts the grad scaler at 2**40, so fp16 gradients overflow and the first steps are skipped
+    until the scale has come down; counts the scale drops it sees, independently of Precision."""
+
+    def __init__(self):
+        self.drops, self.last = 0, None
+
+    def on_fit_start(self, state):
+        if state.precision.scaler:
+            state.precision.scaler._init_scale = 2.0 ** 40  # read lazily, at the first scale()
+
+    def on_step_end(self, state):
+        if state.precision.scaler:
+            scale = state.precision.scaler.get_scale()
+            self.drops += int(self.last is not None and scale < self.last)
+            self.last = scale
+
+
 @pytest.mark.parametrize("mode", ["bf16-mixed", "fp16-mixed"])
 def test_mixed_precision_run_end_to_end(tiny_cfg, tmp_path, mode):
-    r = fit(tiny_cfg(**{"precision": mode, "loop.grad_clip": 1.0}), run_dir=tmp_path)
+    seen = _HugeInitialScale()
+    r = fit(tiny_cfg(**{"precision": mode, "loop.grad_clip": 1.0}), run_dir=tmp_path, callbacks=[seen])
     s = r.summary
     assert s["steps"] == 60 and math.isfinite(s["val_loss"]) and s["val_accuracy"] > 0.5
     assert all(p.dtype == torch.float32 for p in r.model.parameters())  # master weights stay fp32
-    if mode == "fp16-mixed":
-        assert s["fp16_skipped_steps"] == r.state.precision.skipped_steps >= 0
+    if mode == "fp16-mixed":  # 2**40 -> a scale fp16 gradients fit in: many skipped steps, each counted
+        assert s["fp16_skipped_steps"] >= 10 and s["fp16_skipped_steps"] == seen.drops + 1  # + the first step's
     else:
         assert "fp16_skipped_steps" not in s

@@ -85,8 +85,12 @@ class Subset:
     def labels(self):
         return self.base.labels()[self.indices]
 
-    def hash_into(self, h) -> None:
-        self.base.hash_into(h)
+    def hash_into(self, h, hashed: set | None = None) -> None:
+        """The base once per bundle (`hashed` holds the ids already hashed), then the indices."""
+        if hashed is None or id(self.base) not in hashed:
+            self.base.hash_into(h)
+            if hashed is not None:
+                hashed.add(id(self.base))
         h.update(self.indices.numpy().tobytes())
 
 
@@ -109,7 +113,10 @@ class DataBundle:
                 raise DataError(f"data: the {name} split is empty; use more samples or a smaller split fraction")
         if not self.content_hash:
             h = hashlib.sha256()
+            hashed: set = set()  # splits of one user Dataset share it: hash it once, not once per split
             for split in (self.train, self.val, self.test):
-                if split is not None:
+                if isinstance(split, Subset):
+                    split.hash_into(h, hashed)
+                elif split is not None:
                     split.hash_into(h)
             self.content_hash = "sha256:" + h.hexdigest()
