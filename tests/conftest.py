@@ -1,3 +1,4 @@
+import inspect
 import os
 import subprocess
 import sys
@@ -10,11 +11,37 @@ ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)  # 2-core CI: tests run tiny models; threads only add contention
 
 
+SPAWNS = ("subprocess", "run_cli", "cli(", "sys.executable", "torchrun(", "single(")
+
+
+def pytest_collection_modifyitems(items):
+    """Tiers as markers: `unit` (in-process, tests/unit), `subprocess` (a test in tests/unit that
+    starts a real process), `integration`, `distributed`, `hostile` (their folders). `make test` runs
+    them all; `pytest -m unit` is the fast tier."""
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        if tier == "unit":
+            fn = getattr(item, "function", None)
+            src = inspect.getsource(fn) if fn is not None else ""
+            if "cli" in item.fixturenames or any(w in src for w in SPAWNS):
+                tier = "subprocess"
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 def run_cli(*args, cwd=None, timeout=300, env=None):
     """Run the real `python -m ecotrain ...` in a subprocess."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "ecotrain", *map(str, args)], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout, env=e)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dataset_cache(tmp_path_factory):
+    """Generated datasets (data/cache.py) are cached in this session's own folder, never the user's;
+    subprocesses (run_cli) inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ECOTRAIN_CACHE", str(tmp_path_factory.mktemp("dataset-cache")))
+        yield
 
 
 @pytest.fixture

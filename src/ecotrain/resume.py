@@ -5,8 +5,6 @@ the environment differs in ways that break bit-exactness (torch version, device,
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import torch

@@ -53,9 +53,9 @@ def recipe(tmp_path, base, **sections):
     return p
 
 
-def run_group(cmd, timeout):
+def run_group(cmd, timeout, cwd=ROOT):
     """subprocess.run, but a timeout kills the whole process group: no orphaned ranks left behind."""
-    p = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
@@ -66,10 +66,10 @@ def run_group(cmd, timeout):
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def torchrun(*args, nproc=2, timeout=240, extra=()):
+def torchrun(*args, nproc=2, timeout=240, extra=(), cwd=ROOT):
     cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            *extra, "-m", "ecotrain", *map(str, args)]
-    return run_group(cmd, timeout)
+    return run_group(cmd, timeout, cwd)
 
 
 def single(*args, timeout=240):
@@ -131,6 +131,16 @@ def test_fsdp_trains_checkpoints_shards_resumes_and_matches(tmp_path, one_proces
     r = single("fit", recipe(tmp_path, MLP), "--run-dir", one, "--resume", "auto", "--allow-config-change", "--quiet")
     assert r.returncode == 0, r.stderr[-3000:]
     assert_close_runs(one, one_process, after=8)
+    assert json.loads((one / "summary.json").read_text())["world_size"] == 1  # this segment's, not the saved 2
+
+
+def test_without_run_dir_rank_zero_picks_one_folder_for_all(tmp_path):
+    """Each rank used to pick its own timestamped folder; rank 0 decides and broadcasts."""
+    r = torchrun("fit", recipe(tmp_path, MLP, distributed={"strategy": "ddp"}, loop={"max_steps": 4}), "--quiet",
+                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    folders = list((tmp_path / "runs").iterdir())
+    assert len(folders) == 1 and (folders[0] / "summary.json").is_file(), folders
 
 
 def test_fsdp_trains_the_char_transformer(tmp_path):
@@ -170,16 +180,41 @@ def test_ddp_kill_and_resume_is_exact(tmp_path):
     assert lines(run) == lines(ref)
 
 
-def test_sigterm_on_one_rank_checkpoints_all_ranks_at_one_step(tmp_path):
-    rec = recipe(tmp_path, MLP, distributed={"strategy": "ddp"},
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_sigterm_on_one_rank_checkpoints_all_ranks_at_one_step(tmp_path, strategy):
+    """The ranks agree on stop requests at agreement steps (distributed.Agreement, at most
+    AGREE_MAX_STEPS apart), not every step: the run stops at one step >= 6, on every rank
+    (FSDP: each rank writes its shard into that one step's folder)."""
+    from ecotrain.distributed import AGREE_MAX_STEPS
+    rec = recipe(tmp_path, MLP, distributed={"strategy": strategy}, loop={"max_steps": 6 + AGREE_MAX_STEPS + 10},
                  callbacks=[{"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 6, "sig": "SIGTERM", "rank": 1}}])
     run = tmp_path / "run"
     r = torchrun("fit", rec, "--run-dir", run, "--quiet")
     assert r.returncode != 0  # torchrun reports the workers' exit code 75 as a failure of the group
     assert "exitcode  : 75" in r.stderr or "exit code 75" in r.stderr or "75" in r.stderr
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert ckpts == ["step-00000006"]
+    assert len(ckpts) == 1 and 6 <= int(ckpts[0].split("-")[1]) <= 6 + AGREE_MAX_STEPS, ckpts
+    if strategy == "fsdp":
+        assert len(list((run / "checkpoints" / ckpts[0] / "shards").iterdir())) == 2
     assert not (run / "summary.json").exists()
+
+
+@pytest.mark.parametrize("action", ["stop", "skip"])
+def test_a_nan_loss_on_one_rank_is_never_applied_and_all_ranks_decide_alike(tmp_path, action):
+    """DDP: the all-reduced gradients are the same on every rank, so each rank checks them alone,
+    with no collective per step, and all skip (or stop at) the same step."""
+    model = {"name": "tests.helpers.poison:PoisonOnRank", "kwargs": {"at": [5, 7], "rank": 1}}
+    rec = recipe(tmp_path, MLP, model=model, distributed={"strategy": "ddp"}, loop={"max_steps": 10},
+                 divergence={"action": action})
+    run = tmp_path / "run"
+    r = torchrun("fit", rec, "--run-dir", run, "--quiet")
+    s = json.loads((run / "summary.json").read_text())
+    if action == "stop":
+        assert r.returncode != 0 and s["stopped_because"] == "diverged" and s["steps"] == 5, r.stderr[-3000:]
+    else:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert s["stopped_because"] == "max_steps" and s["steps"] == 10 and s["skipped_nonfinite_steps"] == 2
+    assert all(torch.isfinite(t).all() for t in load_file(run / "model.safetensors").values())
 
 
 def test_a_dead_rank_ends_the_job_instead_of_hanging(tmp_path):

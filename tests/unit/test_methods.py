@@ -101,7 +101,7 @@ def test_train_mode_hook_survives_the_loops_train_calls(tiny_cfg, tmp_path):
 
 
 def test_ema_evaluates_and_saves_the_average(tiny_cfg, tmp_path):
-    plain = fit(tiny_cfg(**{"data.val_split": 0.0}), run_dir=tmp_path / "plain")
+    fit(tiny_cfg(**{"data.val_split": 0.0}), run_dir=tmp_path / "plain")
     r = fit(tiny_cfg(**{"data.val_split": 0.0, **_ema()}), run_dir=tmp_path / "ema")
     ema = next(m for m in r.state.methods.methods if m.key == "ema")
     saved = load_file(tmp_path / "ema" / "model.safetensors")
