@@ -1,0 +1,181 @@
+"""A cache of generated datasets, so that a run does not regenerate (or even import) its generator.
+
+Where: `$ECOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/ecotrain`, else `~/.cache/ecotrain`; entries
+live in its `datasets/` folder and can be deleted at any time (they are made again when needed).
+
+Content-addressed: an entry's name is the SHA-256 of what determines its content: the generator's
+name, its arguments, the versions of the code that generates it (the generator package and the
+libraries whose numerics it uses) and this cache's format version `FORMAT`. A change in any of them is
+a new entry; nothing is ever looked up by a name that could hold stale data.
+
+Safe format: one safetensors file per entry (raw little-endian arrays and a JSON header; no pickle,
+nothing that can execute code when read). The header's metadata holds the entry's key and an
+xxh3-128 checksum of every array (name, dtype, shape, bytes). An entry whose key or checksum does
+not match, or that cannot be parsed, is reported as a warning and regenerated, never used.
+
+Written atomically (a temporary file in the same folder, fsync, rename), so a crash or a concurrent
+writer leaves either no entry or a whole one. A cache that cannot be written (read-only home) costs
+a warning and the generation time, never the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+FORMAT = 1  # bump when the layout of an entry changes
+ENV = "ECOTRAIN_CACHE"
+_SEP = "/"  # nested dicts are stored flat: {"templates": {"x": a}} -> "templates/x"
+
+log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """The cache's root folder (not created here)."""
+    root = os.environ.get(ENV)
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).expanduser().is_absolute() else Path.home() / ".cache"
+    return base / "ecotrain"
+
+
+def package_version(name: str) -> str:
+    """An installed distribution's version, read from its metadata (the package is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not-installed"
+
+
+def entry_key(generator: str, versions: Mapping[str, str], args: Mapping[str, Any]) -> tuple[str, str]:
+    """(key, spec): the SHA-256 hex key of an entry and the canonical JSON it hashes."""
+    spec = json.dumps({"generator": generator, "versions": dict(versions), "args": dict(args), "format": FORMAT},
+                      sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(spec.encode()).hexdigest(), spec
+
+
+def entry_path(generator: str, key: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", generator)[:64]
+    return cache_dir() / "datasets" / f"{safe}-{key[:32]}.safetensors"
+
+
+def load_or_make(generator: str, versions: Mapping[str, str], args: Mapping[str, Any],
+                 make: Callable[[], Mapping[str, Any]]) -> dict:
+    """The dataset `make()` returns (a dict of NumPy arrays, possibly nested), from the cache when an
+    intact entry for (generator, versions, args) exists; else made, stored, and returned.
+
+    `args` must be JSON values (it is part of the key). The arrays come back bit for bit as `make()`
+    returned them: same dtypes, shapes and bytes (C-contiguous, writable)."""
+    try:
+        key, spec = entry_key(generator, versions, args)
+    except (TypeError, ValueError):  # arguments that have no canonical JSON form: no caching
+        return dict(make())
+    path = entry_path(generator, key)
+    flat, why = _read(path, key)
+    if flat is not None:
+        return _unflatten(flat)
+    if why is not None:
+        log.warning("dataset cache: %s: %s; regenerating it", path, why)
+    data = dict(make())
+    flat = _flatten(data, generator)
+    try:
+        _write(path, flat, key, spec)
+    except OSError as exc:
+        log.warning("dataset cache: cannot write %s (%s); the data is regenerated each run until %s "
+                    "points to a writable folder", path, exc, ENV)
+    return data
+
+
+def checksum(flat: Mapping[str, np.ndarray]) -> str:
+    """xxh3-128 over every array's name, dtype, shape and bytes, in name order."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    for name in sorted(flat):
+        a = _little(flat[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _little(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+
+
+def _flatten(data: Mapping[str, Any], generator: str, prefix: str = "") -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name, value in data.items():
+        if not isinstance(name, str) or _SEP in name or not name:
+            raise TypeError(f"{generator}: key {name!r}: the dataset cache needs non-empty string keys without '/'")
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, generator, f"{prefix}{name}{_SEP}"))
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            out[prefix + name] = _little(value)
+        else:
+            raise TypeError(f"{generator}: {prefix}{name} is {type(value).__name__} "
+                            f"{getattr(value, 'dtype', '')}; the dataset cache stores numeric NumPy arrays only")
+    return out
+
+
+def _unflatten(flat: Mapping[str, np.ndarray]) -> dict:
+    out: dict = {}
+    for name, a in flat.items():
+        *parents, last = name.split(_SEP)
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = a
+    return out
+
+
+def _read(path: Path, key: str) -> tuple[Optional[dict], Optional[str]]:
+    """(arrays, None) for an intact entry; (None, None) when there is none; (None, why) when it is bad."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc})"
+    try:
+        from safetensors.numpy import load
+
+        n = int.from_bytes(blob[:8], "little")
+        meta = json.loads(blob[8:8 + n]).get("__metadata__") or {}
+        flat = {k: np.array(v) for k, v in load(blob).items()}  # own, writable copies
+    except Exception as exc:  # truncated, garbled header, bad offsets: whatever the parser says
+        return None, f"not a readable safetensors file ({type(exc).__name__}: {str(exc)[:200]})"
+    if meta.get("key") != key:
+        return None, "its header names another entry"
+    if meta.get("checksum") != checksum(flat):
+        return None, "checksum mismatch (a corrupt or partly written file)"
+    return flat, None
+
+
+def _write(path: Path, flat: Mapping[str, np.ndarray], key: str, spec: str) -> None:
+    from safetensors.numpy import save
+
+    blob = save(dict(flat), metadata={"key": key, "checksum": checksum(flat), "spec": spec, "format": str(FORMAT)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

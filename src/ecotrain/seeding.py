@@ -1,0 +1,87 @@
+"""Seeding, and torch's deterministic-algorithm flags for the length of a run.
+
+`seed_everything(seed)` seeds Python's `random`, NumPy's global generator and torch (CPU and every
+CUDA device). It sets process-global generator states and does not restore them: that is what
+seeding is for.
+
+`deterministic_algorithms(enabled)` is a context manager. With `enabled=True`, on entry it sets
+
+- `torch.use_deterministic_algorithms(True, warn_only=True)`: deterministic kernels where torch
+  has them, a warning (not an error) for an op that has none;
+- `torch.backends.cudnn.benchmark = False`: no autotuning that picks kernels by timing;
+- `CUBLAS_WORKSPACE_CONFIG=":4096:8"` in `os.environ`, unless already set (deterministic cuBLAS
+  needs it; CUDA reads it when cuBLAS is first used, so set it yourself before any CUDA work when it
+  matters);
+
+and on exit, normal or by an exception, it restores every one of them to what it was on entry:
+the two deterministic flags, `cudnn.benchmark`, and the environment variable (removed again if it
+was not set before). With `enabled=False` it changes nothing. `fit()` runs inside it, so a Python
+API user's process-global flags are the same after `fit()` as before.
+
+torch's own `use_deterministic_algorithms` also sets `torch._inductor.config.deterministic`, and
+importing that module imports `torch._dynamo` and `torch._inductor` (about 2 s on a small CPU).
+Here the flag goes to torch's C++ core directly, and the inductor flag is set (and restored) only
+when `torch._inductor.config` is already imported: it only affects `torch.compile`, and
+`torch.compile` imports that module when it is called, so a model compiled before `fit()` gets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sys
+from typing import Iterator
+
+import numpy as np
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"  # what deterministic cuBLAS needs (or ":16:8")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed `random`, NumPy's global generator and torch (all devices) with `seed`."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _get_flags() -> tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_flags(mode: bool, warn_only: bool) -> None:
+    """`torch.use_deterministic_algorithms` without its import of torch._inductor (see the module doc)."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # a torch without the private setter: the public call (slower to import)
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        return
+    setter(mode, warn_only=warn_only)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """Deterministic torch inside the block when `enabled`; every flag restored on exit (module doc)."""
+    if not enabled:
+        yield
+        return
+    flags, benchmark = _get_flags(), torch.backends.cudnn.benchmark
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    inductor = sys.modules.get("torch._inductor.config")
+    inductor_prev = getattr(inductor, "deterministic", None) if inductor is not None else None
+    try:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        _set_flags(True, warn_only=True)
+        if inductor is not None:
+            inductor.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        yield
+    finally:
+        _set_flags(*flags)
+        if inductor is not None:
+            inductor.deterministic = inductor_prev
+        torch.backends.cudnn.benchmark = benchmark
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas

@@ -1,0 +1,90 @@
+"""seeding.py: seeds, and deterministic-algorithm flags that are restored on exit."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from ecotrain.seeding import deterministic_algorithms, seed_everything
+
+
+def flags():
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+
+
+@pytest.fixture
+def clean_flags(monkeypatch):
+    before = flags()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark = False
+    yield
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    torch.backends.cudnn.benchmark = before[2]
+
+
+def test_seed_everything_repeats_every_generator():
+    def draw():
+        return random.random(), np.random.rand(), torch.rand(1).item()
+
+    seed_everything(123)
+    a = draw()
+    seed_everything(123)
+    assert draw() == a
+    seed_everything(2**40 + 5)  # larger than NumPy's 32-bit seeds: reduced, not rejected
+    seed_everything(124)
+    assert draw() != a
+
+
+def test_flags_set_inside_and_restored_after(clean_flags):
+    torch.backends.cudnn.benchmark = True
+    with deterministic_algorithms(True):
+        assert flags() == (True, True, False, ":4096:8")
+    assert flags() == (False, False, True, None), "the env var must be removed again: it was not set before"
+
+
+def test_restored_after_an_exception(clean_flags):
+    with pytest.raises(RuntimeError, match="boom"):
+        with deterministic_algorithms(True):
+            raise RuntimeError("boom")
+    assert flags() == (False, False, False, None)
+
+
+def test_previous_values_are_kept(clean_flags, monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    torch.use_deterministic_algorithms(True)  # strict (warn_only=False) before
+    with deterministic_algorithms(True):
+        assert flags() == (True, True, False, ":16:8")  # a user's own setting is not overwritten
+    assert flags() == (True, False, False, ":16:8")
+
+
+def test_disabled_changes_nothing(clean_flags):
+    torch.backends.cudnn.benchmark = True
+    with deterministic_algorithms(False):
+        assert flags() == (False, False, True, None)
+    assert flags() == (False, False, True, None)
+
+
+def test_inductor_flag_follows_when_inductor_is_loaded(clean_flags):
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.deterministic
+    with deterministic_algorithms(True):
+        assert inductor_config.deterministic is True
+    assert inductor_config.deterministic == before
+
+
+def test_does_not_import_dynamo():
+    code = ("import sys, torch; from ecotrain.seeding import deterministic_algorithms, seed_everything\n"
+            "with deterministic_algorithms(True):\n"
+            "    seed_everything(0); assert torch.are_deterministic_algorithms_enabled()\n"
+            "assert 'torch._dynamo' not in sys.modules and 'torch._inductor' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
