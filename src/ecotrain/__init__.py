@@ -1,14 +1,46 @@
 """ecotrain: train PyTorch models in production.
 
-Public API: `fit`, `Config`, `load_config`, `Callback`, `TrainState`, `RunResult`.
+Public API: `fit`, `Config`, `load_config`, `Callback`, `TrainState`, `RunResult`, `EcotrainError`.
+
+They are imported on first use (PEP 562 module `__getattr__`), so `import ecotrain` and the command
+line's `ecotrain --help` do not import torch; `from ecotrain import fit` does.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from ecotrain.callbacks import Callback  # noqa: E402
-from ecotrain.config import Config, load_config  # noqa: E402
-from ecotrain.errors import EcotrainError  # noqa: E402
-from ecotrain.state import TrainState  # noqa: E402
-from ecotrain.trainer import RunResult, fit  # noqa: E402
+_LAZY = {  # public name -> the module that defines it
+    "fit": "ecotrain.trainer",
+    "RunResult": "ecotrain.trainer",
+    "Config": "ecotrain.config",
+    "load_config": "ecotrain.config",
+    "Callback": "ecotrain.callbacks",
+    "TrainState": "ecotrain.state",
+    "EcotrainError": "ecotrain.errors",
+}
 
 __all__ = ["fit", "Config", "load_config", "Callback", "TrainState", "RunResult", "EcotrainError", "__version__"]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these come from __getattr__
+    from ecotrain.callbacks import Callback
+    from ecotrain.config import Config, load_config
+    from ecotrain.errors import EcotrainError
+    from ecotrain.state import TrainState
+    from ecotrain.trainer import RunResult, fit
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ecotrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -8,13 +8,28 @@ zero kWh all end as `kwh: None` with the reason. Every figure says how it was ob
 Live figures (progress bar, metrics.jsonl) are CodeCarbon's last background sample plus the time
 since then at its last power reading: an estimate between samples, never a new measurement, so a log
 line costs a few attribute reads. The final figure is CodeCarbon's own total at `stop()`.
+
+CodeCarbon takes over a second to start (hardware probes: a py-cpuinfo subprocess, pandas for its
+TDP table), so `start()` runs it in a background thread and training does not wait for it. Its
+figures cover the run from the moment it is up; the seconds before that (`startup_seconds`) are
+estimated at the mean power CodeCarbon measured over the rest of the run, and the result says so:
+`startup_seconds`, `startup_kwh`, a line in `how`, and `method: estimated`. The first reading
+(`live_kwh()`, `stop()`) waits for the thread, so no figure is ever taken from a half-started
+tracker. A run that ends before CodeCarbon is up waits for it in `stop()` (after its last step;
+the wait is not counted): its whole span is then estimated at the mean power CodeCarbon measures
+from its start to its stop, and `how` says so.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import logging
 import math
+import threading
 import time
+from pathlib import Path
 from typing import Optional
 
 from ecotrain.errors import ConfigError
@@ -50,6 +65,9 @@ class EnergyMeter:
         self.version: Optional[str] = None
         self._capture = _Capture()
         self._saved: Optional[tuple] = None
+        self._thread: Optional[threading.Thread] = None
+        self._requested = 0.0  # perf_counter() when start() was called
+        self.startup_seconds = 0.0  # from start() until CodeCarbon's own start time
 
     def _quiet_logger(self) -> None:
         log = logging.getLogger("codecarbon")
@@ -74,6 +92,27 @@ class EnergyMeter:
         return f"{what}" + (f" (CodeCarbon said: {said})" if said else "")
 
     def start(self) -> None:
+        """Start CodeCarbon in a background thread and return at once (module doc)."""
+        self._requested = time.perf_counter()
+        self._thread = threading.Thread(target=self._start_now, name="ecotrain-codecarbon-start", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the background start has finished (started, or failed with `reason`)."""
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
+
+    def _start_now(self) -> None:
+        try:
+            self._start()
+        except BaseException as exc:  # never let the thread die with the tracker half set up
+            self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
+            self.tracker = None
+            self._restore_logger()
+
+    def _start(self) -> None:
         try:
             import codecarbon
             from codecarbon import OfflineEmissionsTracker
@@ -95,28 +134,37 @@ class EnergyMeter:
         except Exception as exc:
             self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
         else:
-            if getattr(self.tracker, "_start_time", None) is None:  # start() swallowed an exception
+            started = getattr(self.tracker, "_start_time", None)
+            if started is None:  # start() swallowed an exception
                 self.reason = self._why("CodeCarbon did not start")
+            else:
+                self.startup_seconds = max(float(started) - self._requested, 0.0)
         if self.reason:
             self.tracker = None
             self._restore_logger()
 
     def live_kwh(self) -> Optional[float]:
-        """Energy so far (an estimate between CodeCarbon's samples); None without a tracker."""
+        """Energy so far (an estimate between CodeCarbon's samples, and for the seconds before it was
+        up, at its last power reading); None without a tracker. Waits for a background start."""
+        self.wait()
         t = self.tracker
         if t is None:
             return None
         try:  # CodeCarbon's running totals; reading them costs no measurement
             watts = t._cpu_power.W + t._ram_power.W + t._gpu_power.W
-            return t._total_energy.kWh + watts * max(time.perf_counter() - t._last_measured_time, 0.0) / 3.6e6
+            unseen = max(time.perf_counter() - t._last_measured_time, 0.0) + self.startup_seconds
+            return t._total_energy.kWh + watts * unseen / 3.6e6
         except Exception:
             return None
 
     def stop(self) -> dict:
         """The final reading: `kwh` (None with `missing_reason`); `method` is `measured` only when every
-        component was (`components_method` says which were); `how`, per-component kWh, notes."""
+        component was over the whole run (`components_method` says which were); `how`, per-component
+        kWh, notes; `startup_seconds` and `startup_kwh`: the extrapolated start (module doc)."""
+        end = time.perf_counter()  # the run's span is start() .. now, whatever the wait below costs
+        self.wait()
         out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
-                     "pue": self.pue,
+                     "startup_seconds": None, "startup_kwh": None, "pue": self.pue,
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
                      "missing_reason": self.reason, "notes": []}
         t, self.tracker = self.tracker, None
@@ -132,12 +180,31 @@ class EnergyMeter:
             elif not isinstance(kwh, (int, float)) or not math.isfinite(kwh) or kwh <= 0:
                 out["missing_reason"] = self._why(f"CodeCarbon reported {kwh!r} kWh: no usable power source")
             else:
-                out["kwh"] = float(kwh)
-                out["components_kwh"] = {"cpu": data.cpu_energy, "gpu": data.gpu_energy, "ram": data.ram_energy}
+                # CodeCarbon covered [its start, now]; the run is [start(), end]. Its mean power over
+                # what it covered, times the run's span: its own total plus the start-up before it was
+                # up (or, for a run that ended before it was up, all of it; `how` says which).
+                seen = float(getattr(data, "duration", 0.0) or 0.0)
+                span = end - self._requested
+                unseen = min(self.startup_seconds, span)
+                scale = span / seen if seen > 0 and unseen > 0 else 1.0
+                out["kwh"] = float(kwh) * scale
+                out["startup_seconds"] = unseen
+                out["startup_kwh"] = float(kwh) * unseen / seen if scale != 1.0 else 0.0
+                out["components_kwh"] = {"cpu": data.cpu_energy * scale, "gpu": data.gpu_energy * scale,
+                                         "ram": data.ram_energy * scale}
                 parts = [describe(hw, self.tracking_mode) for hw in getattr(t, "_hardware", [])]
                 out["components_method"] = {c: m for c, m, _ in parts}
-                out["method"] = "measured" if parts and all(p[1] == "measured" for p in parts) else "estimated"
+                measured = parts and all(p[1] == "measured" for p in parts) and unseen == 0
+                out["method"] = "measured" if measured else "estimated"
                 out["how"] = "; ".join(f"{c} {m}: {how}" for c, m, how in parts) + f"; pue {self.pue}"
+                if scale != 1.0 and unseen >= span:
+                    out["how"] += (f"; CodeCarbon was up only after the run's {span:.2f} s ended: all of it "
+                                   f"estimated at the mean power it measured over {seen:.2f} s after the run")
+                elif scale != 1.0:
+                    out["how"] += (f"; the first {unseen:.2f} s, while CodeCarbon started, estimated at its mean "
+                                   f"power over the other {seen:.2f} s")
+                elif unseen > 0:
+                    out["how"] += f"; the first {unseen:.2f} s, while CodeCarbon started, not counted"
         out["notes"] = list(self._capture.messages)
         self._restore_logger()
         return out
@@ -168,14 +235,23 @@ class GridDataMissing(ConfigError):
     """CodeCarbon (and with it the per-country grid data) is not installed."""
 
 
-def _energy_mix() -> dict:
+@functools.lru_cache(maxsize=None)
+def _codecarbon_json(relpath: str) -> dict:
+    """One of the JSON files CodeCarbon ships, read directly: the same data as its `DataSource`, without
+    importing CodeCarbon, whose `DataSource` loads all its tables (pandas: about 1 s) on first use."""
     try:
-        from codecarbon.input import DataSource
-
-        return DataSource().get_global_energy_mix_data()
+        spec = importlib.util.find_spec("codecarbon")  # locates the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError("No module named 'codecarbon'")
+        path = Path(next(iter(spec.submodule_search_locations))) / "data" / relpath
+        return json.loads(path.read_text(encoding="utf-8"))
     except Exception as exc:
         raise GridDataMissing(f"grid carbon intensity needs CodeCarbon's data ({type(exc).__name__}: {exc}); "
                               "pip install codecarbon") from None
+
+
+def _energy_mix() -> dict:
+    return _codecarbon_json("private_infra/global_energy_mix.json")
 
 
 def country_iso3(code: str) -> str:
@@ -192,9 +268,7 @@ def country_iso3(code: str) -> str:
 
 
 def world_average() -> float:
-    from codecarbon.input import DataSource
-
-    return float(DataSource().get_carbon_intensity_per_source_data()["world_average"])
+    return float(_codecarbon_json("private_infra/carbon_intensity_per_source.json")["world_average"])
 
 
 def country_intensity(iso3: str) -> tuple[float, str]:
