@@ -3,7 +3,15 @@
 `setup()` reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) and returns
 a `Dist`; a single process gets the no-op base class, so the loop calls the same lines either way:
 `dist.grad_sync(model, last)` around each micro-batch (no all-reduce before the last one),
-`dist.all_reduce_sum` for metrics, `dist.any` to agree on a stop, `dist.is_main` for files.
+`dist.all_reduce_sum` for metrics, `dist.agreement()` to stop every rank at the same step,
+`dist.is_main` for files, `dist.broadcast_object` for rank 0's decisions.
+
+No collective runs on every step besides the gradient all-reduce itself. Stop requests that one rank
+alone may see (a signal, a non-finite loss) are agreed by `Agreement` at agreement steps: one small
+all-reduce every `AGREE_SECONDS` of training (at most every `AGREE_MAX_STEPS` steps, at least every
+step), on a schedule that every rank computes from the same all-reduced numbers, so all ranks call
+the collective, and stop, at the same step. A signal therefore stops the job about AGREE_SECONDS
+(plus one step) after it arrives, at one step on every rank.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 
 import torch
 from torch import nn
@@ -18,6 +27,9 @@ from torch import nn
 from ecotrain.errors import ConfigError, EcotrainError
 
 _NULL = contextlib.nullcontext()
+
+AGREE_SECONDS = 0.5  # training time between two agreements (see Agreement)
+AGREE_MAX_STEPS = 100  # and never more steps than this between two agreements
 
 
 class Dist:
@@ -38,6 +50,14 @@ class Dist:
 
     def gather_objects(self, obj) -> list:
         return [obj]
+
+    _agreement: "Agreement | None" = None
+
+    def agreement(self) -> "Agreement":
+        """This run's stop agreement, one per Dist, shared by every callback that stops all ranks."""
+        if self._agreement is None:
+            self._agreement = Agreement(self)
+        return self._agreement
 
     def broadcast_object(self, obj):
         """Rank 0's `obj` on every rank (a picklable object: a run folder's path, a timestamp)."""
@@ -141,6 +161,60 @@ class TorchDist(Dist):
             self.td.barrier()
 
 
+class Agreement:
+    """Stop requests that one rank alone may see, acted on by every rank at the same step, without
+    a collective per step.
+
+    A callback calls `request(flag)` on the rank that saw something (a signal, a non-finite loss),
+    and `poll(step)` at the end of every step on every rank. `poll` returns the empty set except at
+    an agreement step, where one all-reduce of a small int64 tensor carries every rank's flags and
+    its measured microseconds per step; it returns the flags requested on any rank since the last
+    agreement: the same set, at the same step, on every rank. The next agreement step follows from
+    the all-reduced numbers alone (the same integers on every rank): about AGREE_SECONDS of training
+    later, at least 1 and at most AGREE_MAX_STEPS steps. The first poll is an agreement step.
+    With one process every step is an agreement step and nothing is communicated.
+    """
+
+    FLAGS = ("preempted", "nonfinite_loss")
+
+    def __init__(self, dist: Dist):
+        self.dist = dist
+        self.requested: set[str] = set()
+        self.next_step: int | None = None  # None: the next poll agrees
+        self._mark: tuple[int, float] | None = None  # (step, clock) at the latest agreement
+        self._last: tuple[int, frozenset] = (-1, frozenset())  # the latest poll: idempotent within a step
+
+    def request(self, flag: str) -> None:
+        if flag not in self.FLAGS:
+            raise ValueError(f"unknown agreement flag {flag!r}; known: {self.FLAGS}")
+        self.requested.add(flag)
+
+    def poll(self, step: int) -> frozenset:
+        if self._last[0] == step:
+            return self._last[1]
+        agreed = frozenset()
+        if self.dist.world_size == 1:
+            agreed, self.requested = frozenset(self.requested), set()
+        elif self.next_step is None or step >= self.next_step:
+            agreed = self._agree(step)
+        self._last = (step, agreed)
+        return agreed
+
+    def _agree(self, step: int) -> frozenset:
+        us = 0
+        if self._mark is not None and step > self._mark[0]:
+            us = max(1, int((time.perf_counter() - self._mark[1]) * 1e6 / (step - self._mark[0])))
+        flags = [int(f in self.requested) for f in self.FLAGS]
+        t = torch.tensor([*flags, us], dtype=torch.int64, device=getattr(self.dist, "device", None))
+        t = self.dist.all_reduce_sum(t).tolist()  # integers: an exact sum, the same on every rank
+        counts, us_sum = t[:-1], t[-1]
+        interval = 1 if us_sum == 0 else int(AGREE_SECONDS * 1e6) * self.dist.world_size // us_sum
+        self.next_step = step + max(1, min(AGREE_MAX_STEPS, interval))
+        self._mark = (step, time.perf_counter())
+        self.requested = set()
+        return frozenset(f for f, c in zip(self.FLAGS, counts) if c)
+
+
 class _FsdpNoSync:
     def __init__(self, model):
         self.model = model
@@ -199,20 +273,22 @@ def collective_error(exc: BaseException, dist: Dist) -> EcotrainError | None:
 
 
 class ShardedSampler:
-    """Rank `r`'s share of each global batch of an EpochSampler: a contiguous slice of
-    `batch/world` indices. The last, incomplete global batch is dropped so that every rank steps
-    on an equal share (DDP averages gradients, which is only the global mean for equal shares)."""
+    """Rank `r`'s share of each full global batch of an EpochSampler or BucketSampler: a contiguous
+    slice of `batch/world` indices, so every rank steps on an equal, non-empty share (DDP averages
+    gradients, which is only the global mean for equal shares). The short global batch is dropped
+    wherever it falls: last in an EpochSampler's order, anywhere in a BucketSampler's shuffled one.
+    Positions count full batches only, so `batches(epoch, start)` resumes on the same shards."""
 
     def __init__(self, base, rank: int, world: int):
         self.base, self.rank, self.world = base, rank, world
         self.per_rank = base.batch_size // world
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # full batches: every batch of both base samplers is full but one
         return self.base.n // self.base.batch_size
 
     def batches(self, epoch: int, start: int = 0):
-        lo, hi = self.rank * self.per_rank, (self.rank + 1) * self.per_rank
-        for b, idx in enumerate(self.base.batches(epoch, start), start):
-            if b >= len(self):
-                return
-            yield idx[lo:hi]
+        lo, hi, size = self.rank * self.per_rank, (self.rank + 1) * self.per_rank, self.base.batch_size
+        full = (idx for idx in self.base.batches(epoch) if len(idx) == size)
+        for b, idx in enumerate(full):
+            if b >= start:
+                yield idx[lo:hi]

@@ -199,6 +199,19 @@ def test_sigterm_on_one_rank_checkpoints_all_ranks_at_one_step(tmp_path, strateg
     assert not (run / "summary.json").exists()
 
 
+def test_no_collective_on_every_step(tmp_path):
+    """Besides DDP's gradient all-reduce, the loop's collectives (logging, evaluation, the stop
+    agreement, the divergence guard) come every few steps, not on every step."""
+    rec = recipe(tmp_path, MLP, distributed={"strategy": "ddp"}, loop={"max_steps": 80, "log_every": 40, "eval_every": 40},
+                 callbacks=[{"path": "tests.helpers.collectives:CountCollectives"}])
+    run = tmp_path / "run"
+    r = torchrun("fit", rec, "--run-dir", run, "--quiet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in (0, 1):
+        c = json.loads((run / f"collectives-{rank}.json").read_text())
+        assert c["steps"] == 80 and c["collectives"] <= 20, c
+
+
 @pytest.mark.parametrize("action", ["stop", "skip"])
 def test_a_nan_loss_on_one_rank_is_never_applied_and_all_ranks_decide_alike(tmp_path, action):
     """DDP: the all-reduced gradients are the same on every rank, so each rank checks them alone,

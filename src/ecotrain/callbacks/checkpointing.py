@@ -1,6 +1,12 @@
 """Checkpointing policy: every N steps, every epoch, on the best validation metric, on preemption,
 and once at the end. Saves happen at the end of a step, after its log line and evaluation, so
-a resumed run continues exactly where the saved one stood."""
+a resumed run continues exactly where the saved one stood.
+
+Preemption under torchrun: a signal may reach one rank only, and every rank must stop, and save, at
+the same step. The ranks agree at the agreement steps of `distributed.Agreement` (about every
+AGREE_SECONDS of training, at most AGREE_MAX_STEPS steps apart, on a schedule every rank computes
+identically), not with a collective per step: the job stops at the first agreement step after the
+signal. One process stops at the end of the step the signal arrived in."""
 
 from __future__ import annotations
 
@@ -22,12 +28,15 @@ class Checkpointer(Callback):
             return
         path = self.manager.save(state.step, tensors, meta, is_best, shards, state.dist)
         self.last_saved_step = state.step
-        state.extra["last_checkpoint"] = str(path)
+        state.last_checkpoint = str(path)
 
     def on_step_end(self, state):
         requested = self.preemption is not None and bool(self.preemption.requested)
-        if state.dist.world_size > 1:
-            requested = state.dist.any(requested)  # a signal to any rank stops all ranks at this step
+        if state.dist.world_size > 1:  # a signal to any rank stops all ranks, at the next agreement step
+            agreement = state.dist.agreement()
+            if requested:
+                agreement.request("preempted")
+            requested = "preempted" in agreement.poll(state.step)
         if requested:
             self.save(state)
             state.stop("preempted")
