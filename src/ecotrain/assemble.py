@@ -18,7 +18,7 @@ from ecotrain import resume as resume_mod
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, Checkpointer, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar)
 from ecotrain.checkpoint.manager import CheckpointManager
-from ecotrain.checkpoint.preemption import Preemption
+from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.state import capture
 from ecotrain.config import Config
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data

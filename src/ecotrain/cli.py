@@ -101,7 +101,7 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     from ecotrain.trainer import fit
 
     result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
-                 init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite)
+                 init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite, preemption=_PREEMPTION)
     s = result.summary
     dist = result.state.dist
     code = EXIT_PREEMPTED if s["stopped_because"] == "preempted" else EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
@@ -170,11 +170,16 @@ COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cm
 # fsynced, and C++ teardown of the gloo group can abort at exit (distributed.py), so main() ends the
 # worker with os._exit. An explicit record of what this process did, not an environment variable.
 _HARD_EXIT: list[int] = []
+_PREEMPTION = None  # the stop-signal handler main() installs first thing
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ecotrain.preemption import Preemption
     from ecotrain.log import setup_cli_logging
 
+    global _PREEMPTION
+    _PREEMPTION = Preemption()
+    _PREEMPTION.install()  # before torch is imported: a SIGTERM during start-up is answered, not fatal
     setup_cli_logging()
     code = _main(argv)
     if _HARD_EXIT:
@@ -186,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    # overrides may follow options (`fit R --run-dir D key=v`), which argparse leaves over
+    if rest and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in rest):
+        args.overrides = [*args.overrides, *rest]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return COMMANDS[args.command](args)
     except EcotrainError as exc:

@@ -16,7 +16,7 @@ from typing import Optional
 
 import yaml
 
-from ecotrain.errors import ConfigError
+from ecotrain.errors import CheckpointError, ConfigError
 
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
@@ -72,8 +72,8 @@ class RunFolder:
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--run-dir {path}: is a file, not a folder; choose a folder path")
         ckpts = path / "checkpoints"
-        if ckpts.exists() and not ckpts.is_dir():
-            raise ConfigError(f"{ckpts}: is a file, so no checkpoint can be saved there; move it away")
+        if ckpts.exists() and not ckpts.is_dir():  # found before training, not at the first save
+            raise CheckpointError(f"{ckpts}: is a file, so no checkpoint can be saved there; move it away")
         found = holds_run(path)
         if found and not resuming and not overwrite:
             raise ConfigError(f"{path}: already holds a run ({', '.join(found)}); continue it with `--resume auto` "

@@ -15,7 +15,7 @@ from torch import nn
 from ecotrain import distributed, loop
 from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
-from ecotrain.checkpoint.preemption import Preemption
+from ecotrain.preemption import Preemption
 from ecotrain.config import Config
 from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.finish import finish, preempted_summary
@@ -43,7 +43,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         loss_fn: Optional[Callable] = None, metrics: Optional[Mapping[str, Callable]] = None,
         callbacks: Sequence[Callback] = (), methods: Sequence = (), run_dir: str | Path | None = None,
         quiet: bool = False, resume: str | Path | None = None, allow_config_change: bool = False,
-        init_from: str | Path | None = None, keep_optimizer: bool = False, overwrite: bool = False) -> RunResult:
+        init_from: str | Path | None = None, keep_optimizer: bool = False, overwrite: bool = False,
+        preemption: Optional[Preemption] = None) -> RunResult:
     """Train `config` end to end. Pass `model`, `data`, `loss_fn`, `metrics`, `callbacks`, `methods`
     (ecotrain.methods.Method objects) to use your own parts.
 
@@ -51,11 +52,12 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     weights file to start a new run from (its optimizer state too with `keep_optimizer`).
     `run_dir` must not hold a run unless resuming, or with `overwrite`.
     With `config.deterministic`, torch's deterministic-algorithm flags are set for the call and
-    restored on return. SIGTERM/SIGINT handlers are installed for the call (main thread only)."""
+    restored on return. SIGTERM/SIGINT handlers are installed for the call (main thread only);
+    the CLI passes its own `preemption`, installed before the slow imports."""
     parts = UserParts(model, data, loss_fn, metrics, callbacks, methods)
     opts = RunOptions(Path(run_dir) if run_dir else None, quiet, Path(resume) if resume else None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
-    preemption = Preemption()
+    preemption = preemption or Preemption()
     with preemption, deterministic_algorithms(config.deterministic):  # the handler first: set-up is slow
         seed_everything(config.seed)
         dist = distributed.setup(config, resolve_device(config.device))

@@ -60,7 +60,11 @@ class CheckpointManager:
 
     def save(self, step: int, tensors: dict, meta: dict, is_best: bool = False, shards=None, dist=None) -> Path:
         self.wait()  # one save in flight at a time; also surfaces a failed background save
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, a read-only or full disk: exit 3, not a traceback
+            raise CheckpointError(f"could not create {self.dir}: {exc.strerror or exc}; free the path or the disk, "
+                                  "then resume") from None
         folder = self.dir / f"step-{step:08d}"
         if shards is not None:  # FSDP: every rank writes its shard, together (synchronously)
             write_sharded(folder, tensors, meta, shards, dist)

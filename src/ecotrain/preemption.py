@@ -23,8 +23,8 @@ class Preemption:
         print(f"\necotrain: {name} received; finishing this step, then checkpoint and exit", file=sys.stderr)
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals can only be handled on the main thread
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return  # installed already (the CLI does it first thing); signals need the main thread
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
 
