@@ -6,7 +6,8 @@ terminal), metrics.jsonl logging, early-stopping bookkeeping, the divergence gua
 Rounds alternate (ecotrain, hand-written, ...); the ratio is the median of per-round ratios.
 
     python bench/overhead.py [--steps 3000] [--rounds 5]
-Ends with `RESULT ratio=<ecotrain/handwritten steps/s>`.
+Also against the loop most users write (`DataLoader(shuffle=True)`, default AdamW), and with the EMA
+method on. Ends with `RESULT ratio=... ratio_same_kernel=... ratio_dataloader=... ema_on_over_off=...`.
 """
 
 from __future__ import annotations
@@ -69,10 +70,40 @@ def handwritten(steps: int, seed: int, **opt_kw) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def with_ecotrain(steps: int, seed: int, implementation: str = "auto") -> float:
+def dataloader_loop(steps: int, seed: int) -> float:
+    """The loop most users write: DataLoader(shuffle=True) over a TensorDataset, default AdamW."""
+    (x, y), (xv, yv) = make_data()
+    model = make_model(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32, shuffle=True,
+                                         generator=torch.Generator().manual_seed(seed))
+    step = 0
+    t0 = time.perf_counter()
+    while step < steps:
+        model.train()
+        for xb, yb in loader:
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if step >= steps:
+                break
+        model.eval()
+        with torch.inference_mode():
+            loss_sum = acc_sum = 0
+            for i in range(0, len(yv), 128):
+                out = model(xv[i : i + 128])
+                loss_sum += F.cross_entropy(out, yv[i : i + 128], reduction="sum")
+                acc_sum += (out.argmax(-1) == yv[i : i + 128]).sum()
+            float(loss_sum), float(acc_sum)
+    return steps / (time.perf_counter() - t0)
+
+
+def with_ecotrain(steps: int, seed: int, implementation: str = "auto", methods=()) -> float:
     train, val = make_data()
     cfg = Config.model_validate({
-        "seed": seed, "data": {"batch_size": 32},
+        "seed": seed, "data": {"batch_size": 32}, "methods": list(methods),
         "optim": {"name": "adamw", "lr": 1e-3, "implementation": implementation},
         "loop": {"max_steps": steps, "max_epochs": None, "log_every": 50},
         "early_stopping": {"enabled": True, "patience": 1000},
@@ -92,18 +123,25 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # a tiny model: threads add noise, not speed
     with_ecotrain(200, 0), handwritten(200, 0)  # warm-up
-    ratios, same = [], []
+    ratios, same, loader, ema = [], [], [], []
     for r in range(args.rounds):
         e, h = with_ecotrain(args.steps, r), handwritten(args.steps, r)
         # the pure loop overhead: both sides on PyTorch's default (for-loop) AdamW kernel
         e2, h2 = with_ecotrain(args.steps, r, "for-loop"), handwritten(args.steps, r, foreach=False)
-        ratios.append(e / h), same.append(e2 / h2)
+        d = dataloader_loop(args.steps, r)  # the loop most users write, against ecotrain's defaults
+        m = with_ecotrain(args.steps, r, methods=[{"name": "ema"}])  # EMA on: its cost, against e
+        ratios.append(e / h), same.append(e2 / h2), loader.append(e / d), ema.append(m / e)
         print(f"round {r}: ecotrain {e:6.0f} vs handwritten {h:6.0f} steps/s (ratio {e / h:.3f}); "
-              f"same optimizer kernel: {e2:6.0f} vs {h2:6.0f} (ratio {e2 / h2:.3f})", file=sys.stderr)
+              f"same optimizer kernel: {e2:6.0f} vs {h2:6.0f} (ratio {e2 / h2:.3f}); DataLoader loop {d:6.0f} "
+              f"(ratio {e / d:.3f}); with EMA {m:6.0f} ({m / e:.3f} of without)", file=sys.stderr)
     ratio, ratio_same = statistics.median(ratios), statistics.median(same)
+    ratio_loader, ratio_ema = statistics.median(loader), statistics.median(ema)
     print(f"ecotrain/handwritten steps/s ratio: {ratio:.3f} with ecotrain's defaults (fused AdamW); "
-          f"{ratio_same:.3f} with the same optimizer kernel on both sides (median of {args.rounds})")
-    print(f"RESULT ratio={ratio:.3f} ratio_same_kernel={ratio_same:.3f}")
+          f"{ratio_same:.3f} with the same optimizer kernel on both sides; {ratio_loader:.3f} against a "
+          f"DataLoader(shuffle=True) loop with default AdamW; EMA on runs at {ratio_ema:.3f} of EMA off "
+          f"(median of {args.rounds})")
+    print(f"RESULT ratio={ratio:.3f} ratio_same_kernel={ratio_same:.3f} ratio_dataloader={ratio_loader:.3f} "
+          f"ema_on_over_off={ratio_ema:.3f}")
 
 
 if __name__ == "__main__":
