@@ -45,6 +45,17 @@ def _dataset_cache(tmp_path_factory):
 
 
 @pytest.fixture
+def ecotrain_log(caplog):
+    """The `ecotrain` logger's messages (warnings, notes) as text, whatever handlers exist."""
+    import logging
+
+    logger = logging.getLogger("ecotrain")
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture
 def cli():
     return run_cli
 

@@ -82,7 +82,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     methods = build_methods(cfg, parts.methods)
     task = (UserTask(parts.loss_fn, parts.metrics) if parts.loss_fn else
             LanguageModelTask() if bundle.extra.get("task") == "lm" else ClassificationTask(cfg.loop.label_smoothing))
-    net = make_model(cfg, parts.model, bundle, device, methods, dist)
+    net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
     source, sampler, facts = make_sampler(cfg, bundle, dist, methods)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)))
@@ -90,8 +90,8 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), Objective(task, methods),
                        Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods)
     augment = SignalAugment(cfg.data.augment, cfg.seed)
-    if opts.init_from is not None:
-        resume_mod.init_from(net, opt, Path(opts.init_from), opts.keep_optimizer)
+    if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
+        resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
     run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts)
     if opts.resume is not None:  # checked and loaded in memory; the folder is untouched until accepted
@@ -101,15 +101,23 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     return run
 
 
-def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, device, methods: Methods, dist) -> nn.Module:
+def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, device, methods: Methods, dist,
+               opts: RunOptions):
+    """(the model, ready to train; an FSDP checkpoint still to load after the wrap, or None)."""
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
+    sharded_init = None
+    if opts.init_from is not None:  # the starting weights, before a method changes the model (BN -> GN, adapters)
+        sharded_init = resume_mod.init_from(net, None, Path(opts.init_from), opts.keep_optimizer)
+        if sharded_init is not None and methods.transforms:
+            raise ConfigError(f"--init-from {opts.init_from}: a sharded (FSDP) checkpoint cannot be combined with "
+                              "methods that change the model; start from its model.safetensors instead")
     configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory.py)
     net = methods.transform(net)  # before the optimizer and the wrap; on resumed runs too
     net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
     if dist.world_size > 1:
         torch.manual_seed(cfg.seed + 1000 * dist.rank)  # own dropout masks per rank; init was shared
-    return net
+    return net, sharded_init
 
 
 def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):

@@ -25,11 +25,23 @@ class _Format(logging.Formatter):
         return f"ecotrain: {level}{record.getMessage()}"
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (a test's capture, a redirected stream)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def setup_cli_logging(level: int = logging.INFO) -> None:
     """One stderr handler for the command line (idempotent)."""
     if any(getattr(h, "_ecotrain", False) for h in log.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler._ecotrain = True  # type: ignore[attr-defined]
     handler.setFormatter(_Format())
     handler.addFilter(RankZeroFilter())

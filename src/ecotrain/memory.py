@@ -18,7 +18,6 @@ import ctypes.util
 import fnmatch
 import functools
 import gc
-import sys
 import traceback
 from typing import Callable
 
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
 
 
@@ -152,8 +152,8 @@ def recover_from_oom(state, x, y, n_micro: int, exc: BaseException, run: Callabl
                 f"out of memory at step {state.step + 1} with micro-batch {size} (batch {len(y)} in {n_micro} "
                 f"micro-batches) and memory.min_micro_batch={min_size}; lower data.batch_size, set "
                 "memory.activation_checkpointing=all or precision=bf16-mixed (see `ecotrain plan`)")
-        print(f"ecotrain: warning: out of memory at step {state.step + 1}; micro-batch {size} -> {new_size} "
-              f"({n_micro} -> {new_n} micro-batches, effective batch {len(y)} unchanged)", file=sys.stderr)
+        log.warning(f"out of memory at step {state.step + 1}; micro-batch {size} -> {new_size} "
+              f"({n_micro} -> {new_n} micro-batches, effective batch {len(y)} unchanged)")
         state.counters.micro_batches = n_micro = new_n
         state.counters.oom_recoveries += 1
         try:

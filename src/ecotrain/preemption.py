@@ -6,8 +6,9 @@ never interrupts a half-done optimizer update or a half-written file. A second S
 from __future__ import annotations
 
 import signal
-import sys
 import threading
+
+from ecotrain.log import log
 
 
 class Preemption:
@@ -20,7 +21,7 @@ class Preemption:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # asked twice: stop now
         self.requested = name
-        print(f"\necotrain: {name} received; finishing this step, then checkpoint and exit", file=sys.stderr)
+        log.warning(f"{name} received; finishing this step, then checkpoint and exit")
 
     def install(self) -> None:
         if self._previous or threading.current_thread() is not threading.main_thread():

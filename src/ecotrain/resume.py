@@ -60,9 +60,11 @@ def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool 
     return ckpt
 
 
-def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: bool) -> None:
+def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: bool) -> Path | None:
     """Load weights from a checkpoint folder, a run folder (its best weights), a .safetensors file or
-    a plain state_dict file."""
+    a plain state_dict file. Called twice: with `optimizer=None` on the bare model before the
+    methods' transform and the wrap (the weights), then with the optimizer (its state, with
+    `keep_optimizer`; an FSDP checkpoint's shards, whose path the first call returns)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"--init-from {path}: not found")
@@ -74,6 +76,11 @@ def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: boo
     if path.is_dir():
         tensors, meta = read_checkpoint(path)
         skeleton = meta.pop("sharded", None)
+        if optimizer is None:  # the weights stage: before the methods' transform and the DDP/FSDP wrap
+            if skeleton is not None:
+                return path  # FSDP shards load into the wrapped model: the caller does it after the wrap
+            load_model_weights(model, unflatten(meta, tensors)["model"], path)
+            return None
         new_hparams = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         if skeleton is not None:  # an FSDP checkpoint: DCP reads the shards into this layout
             sharded.load_into(path, model, optimizer, skeleton)
@@ -81,12 +88,13 @@ def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: boo
                 optimizer.state.clear()  # weights only: the optimizer starts afresh
         else:
             whole = unflatten(meta, tensors)
-            load_model_weights(model, whole["model"], path)
-            if keep_optimizer:
+            if keep_optimizer:  # the weights were loaded at the weights stage
                 optimizer.load_state_dict(whole["optimizer"])
         for group, hp in zip(optimizer.param_groups, new_hparams):
             group.update(hp)  # the new run's lr, betas, weight decay; only the moments are carried over
-        return
+        return None
     if keep_optimizer:
         raise ConfigError(f"--keep-optimizer: {path} is a weights file; only a checkpoint folder holds optimizer state")
-    load_model_weights(model, load_state_dict_file(path), path)
+    if optimizer is None:
+        load_model_weights(model, load_state_dict_file(path), path)
+    return None

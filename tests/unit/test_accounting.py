@@ -112,12 +112,12 @@ def test_energy_budget_and_live_cost_in_records(tiny_cfg, tmp_path):
     assert set(r.state.progress_fields) == {"kWh", "gCO2e"}
 
 
-def test_forecast_after_the_first_epoch_warns(tiny_cfg, tmp_path, capsys):
+def test_forecast_after_the_first_epoch_warns(tiny_cfg, tmp_path, ecotrain_log):
     step = 32 * (FWD + BWD)
     cfg = tiny_cfg(**{"ledger.energy": "off", "budget.max_flops": 50 * step, "loop.max_steps": 80,
                       "loop.eval_every": None, "data.val_split": 0.0})
     r = fit(cfg, run_dir=tmp_path)
-    err = capsys.readouterr().err
+    err = ecotrain_log.text
     assert "forecast" in err and "budget.max_flops" in err
     fc = ledger_of(tmp_path)["forecast"]
     assert fc["planned_steps"] == 80 and fc["over_budget"][0]["budget"] == "max_flops"

@@ -89,14 +89,14 @@ def test_different_model_names_the_keys(tiny_cfg, tmp_path):
         fit(wider, run_dir=tmp_path / "c", resume=ckpt, allow_config_change=True)
 
 
-def test_changed_config_is_refused_unless_allowed(tiny_cfg, tmp_path, capsys):
+def test_changed_config_is_refused_unless_allowed(tiny_cfg, tmp_path, ecotrain_log):
     _run(tiny_cfg, tmp_path)
     ckpt = list_checkpoints(tmp_path)[0]
     changed = tiny_cfg(**{"checkpoint.every_n_steps": 10, "optim.lr": 1e-2, "loop.max_steps": 80})
     with pytest.raises(ConfigError, match=r"loop.max_steps: 60 -> 80; optim.lr: 0.003 -> 0.01"):
         fit(changed, run_dir=tmp_path, resume=ckpt)
     r = fit(changed, run_dir=tmp_path, resume=ckpt, allow_config_change=True)
-    assert r.summary["steps"] == 80 and "optim.lr: 0.003 -> 0.01" in capsys.readouterr().err
+    assert r.summary["steps"] == 80 and "optim.lr: 0.003 -> 0.01" in ecotrain_log.text
 
 
 def test_failed_save_keeps_previous_and_stops_with_a_clear_error(tiny_cfg, tmp_path, monkeypatch):

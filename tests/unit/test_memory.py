@@ -119,14 +119,14 @@ def _same_weights(a, b):
         assert torch.allclose(p, q, atol=1e-5), k
 
 
-def test_oom_recovery_halves_micro_batch_and_keeps_the_maths(tiny_cfg, tmp_path, capsys):
+def test_oom_recovery_halves_micro_batch_and_keeps_the_maths(tiny_cfg, tmp_path, ecotrain_log):
     cfg = tiny_cfg(**{"loop.max_steps": 12})
     ref = fit(cfg, model=OOMAbove(), run_dir=tmp_path / "ref")
     oom_model = OOMAbove(limit=8)
     r = fit(cfg, model=oom_model, run_dir=tmp_path / "oom")
     assert r.summary["micro_batches"] == 4 and r.summary["oom_recoveries"] == 2  # 32 -> 16 -> 8
     assert oom_model.raised == 2 and r.summary["steps"] == 12
-    assert "out of memory at step 1; micro-batch 32 -> 16" in capsys.readouterr().err
+    assert "out of memory at step 1; micro-batch 32 -> 16" in ecotrain_log.text
     _same_weights(ref.model, r.model)
 
 

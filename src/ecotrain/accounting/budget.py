@@ -45,6 +45,6 @@ def forecast(spend: dict, step: int, planned_steps: int, limits: dict) -> dict:
 
 
 def warning_lines(fc: dict) -> list[str]:
-    return [f"ecotrain: warning: forecast (linear, from the first epoch): budget.{o['budget']}={o['limit']:g} "
+    return [f"forecast (linear, from the first epoch): budget.{o['budget']}={o['limit']:g} "
             f"will be spent before the {fc['planned_steps']} planned steps (about {o['forecast']:.3g} needed); "
             f"the run will stop near step {o['stops_near_step']}" for o in fc["over_budget"]]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from typing import Optional
 
@@ -26,6 +25,7 @@ from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.callbacks.base import Callback
 from ecotrain.errors import ConfigError
+from ecotrain.log import log
 
 SCHEMA = 1
 _CLOCK_EVERY = 8  # steps between clock reads for time and money budgets
@@ -138,7 +138,7 @@ class Ledger(Callback):
         if self.forecast is None and 0 < state.step < state.total_steps:
             self.forecast = budget_mod.forecast(spend, state.step, state.total_steps, self.limits)
             for line in budget_mod.warning_lines(self.forecast):
-                print(line, file=sys.stderr)
+                log.warning(line)
         self._stop_if_spent(state, spend, budget_mod.SPEND_OF)
 
     def _check(self, state, names, energy: bool) -> None:

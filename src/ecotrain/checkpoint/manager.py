@@ -4,7 +4,6 @@ newest valid one."""
 from __future__ import annotations
 
 import shutil
-import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -38,7 +37,9 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def latest_valid(run_dir: Path, warn=None) -> Optional[Path]:
     """The newest checkpoint that verifies; each newer broken one is reported and skipped.
     `warn(message)` gets one message per skipped checkpoint (default: `ecotrain: warning: ...` on stderr)."""
-    warn = warn or (lambda msg: print(f"ecotrain: warning: {msg}", file=sys.stderr))
+    if warn is None:
+        from ecotrain.log import log
+        warn = log.warning
     for p in list_checkpoints(run_dir):
         try:
             verify_checkpoint(p)  # manifest, checksums, safetensors headers, meta.json's tensors present
@@ -106,6 +107,3 @@ class CheckpointManager:
             if p not in keep:
                 shutil.rmtree(p, ignore_errors=True)
 
-
-def warn(msg: str) -> None:
-    print(msg, file=sys.stderr)

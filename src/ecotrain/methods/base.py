@@ -81,6 +81,7 @@ class Methods:
             raise ConfigError(f"methods: '{dup[0]}' is listed twice; give each method once")
         self._users = {h: [m for m in self.methods if overrides(m, h)] for h in METHOD_HOOKS}
         self.has_loss_terms = bool(self._users["loss_terms"])
+        self.transforms = bool(self._users["transform"])
 
     def __bool__(self) -> bool:
         return bool(self.methods)
