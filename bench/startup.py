@@ -13,6 +13,7 @@ torch"` (launch to exit). `ecotrain --help` is timed launch to exit.
 The dataset cache is warm: a first, untimed run fills it (in a temporary `ECOTRAIN_CACHE`, so the
 user's cache is not touched; `--user-cache` uses the user's). Then the three commands alternate for
 `--rounds` rounds; the figures are medians, and the ratio is median start-up / median `import torch`.
+For scale it also times the same first step written by hand in plain PyTorch (not in the RESULT line).
 
     python bench/startup.py [--rounds 5] [--user-cache]
 
@@ -54,6 +55,25 @@ class FirstStep(Callback):
 '''
 
 
+# For scale only (not in the RESULT line): the same first step written by hand, the floor any torch
+# program pays. With torch >= 2.x, building a torch.optim optimizer imports torch._dynamo (its
+# methods are wrapped in torch._disable_dynamo), so this floor is above `import torch` alone.
+HANDWRITTEN = """
+import sys, time
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv1d(1, 25, 5, 2, 1), nn.ReLU(), nn.Conv1d(25, 25, 3, 2, 1), nn.ReLU(),
+                      nn.Conv1d(25, 25, 3, 2, 1), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10))
+x, y = torch.randn(100, 1, 40), torch.randint(0, 10, (100,))
+model(x)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+nn.functional.cross_entropy(model(x), y).backward()
+opt.step()
+open(sys.argv[1], "w").write(repr(time.time()))
+"""
+
+
 def ecotrain_cmd() -> list[str]:
     """The installed console script next to this Python if there is one, else `python -m ecotrain`."""
     script = Path(sys.executable).with_name("ecotrain")
@@ -84,6 +104,13 @@ def time_first_step(work: Path, env: dict, i: int) -> float:
     return float(stamp.read_text()) - t0
 
 
+def time_handwritten(work: Path, env: dict) -> float:
+    stamp = work / "handwritten.txt"
+    t0 = time.time()
+    run_checked([sys.executable, "-c", HANDWRITTEN, str(stamp)], env, "hand-written step")
+    return float(stamp.read_text()) - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -102,18 +129,23 @@ def main() -> None:
         time_first_step(work, env, 0)
         print(f"warm-up run (dataset cache filled): {time.perf_counter() - t0:.2f} s")
 
-        torch_s, fit_s, help_s = [], [], []
+        torch_s, fit_s, help_s, hand_s = [], [], [], []
         for r in range(1, args.rounds + 1):
             torch_s.append(time_whole([sys.executable, "-c", "import torch"], env, "import torch"))
             fit_s.append(time_first_step(work, env, r))
             help_s.append(time_whole([*ecotrain_cmd(), "--help"], env, "ecotrain --help"))
+            hand_s.append(time_handwritten(work, env))
             print(f"round {r}: import torch {torch_s[-1]:.3f} s, fit to first step {fit_s[-1]:.3f} s "
-                  f"(x{fit_s[-1] / torch_s[-1]:.2f}), --help {help_s[-1]:.3f} s")
+                  f"(x{fit_s[-1] / torch_s[-1]:.2f}), --help {help_s[-1]:.3f} s, "
+                  f"hand-written first step {hand_s[-1]:.3f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     t, f, h = statistics.median(torch_s), statistics.median(fit_s), statistics.median(help_s)
+    w = statistics.median(hand_s)
     print(f"median: import torch {t:.3f} s, ecotrain fit to first optimizer step {f:.3f} s, --help {h:.3f} s")
+    print(f"for scale: a hand-written first AdamW step {w:.3f} s (x{w / t:.2f} import torch); "
+          f"ecotrain / hand-written x{f / w:.2f}")
     print(f"startup_ratio = {f:.3f} / {t:.3f} = {f / t:.3f} (goal <= 1.5); help_seconds {h:.3f} (goal < 0.3)")
     print(f"RESULT startup_ratio={f / t:.4f} help_seconds={h:.4f}")
 
