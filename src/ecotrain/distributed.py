@@ -45,9 +45,6 @@ class Dist:
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
-    def any(self, flag: bool) -> bool:
-        return flag
-
     def gather_objects(self, obj) -> list:
         return [obj]
 
@@ -106,10 +103,6 @@ class TorchDist(Dist):
         t = t.clone()
         self.td.all_reduce(t, op=self.td.ReduceOp.SUM)
         return t
-
-    def any(self, flag):
-        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        return bool(self.all_reduce_sum(t).item() > 0)
 
     def gather_objects(self, obj):
         out = [None] * self.world_size
