@@ -1,0 +1,96 @@
+"""Trackers beside metrics.jsonl: MLflow and TensorBoard, each an optional extra, each a Callback.
+
+Chosen in the config (`tracking: {mlflow: {...}, tensorboard: {...}}`, config.py `TrackingConfig`);
+`assemble.make_callbacks` appends `tracking_callbacks(cfg, folder)`. They run on rank 0 only and
+their modules (and mlflow / tensorboard) are imported only when chosen: a run without trackers
+never imports them. A tracker chosen but not installed is one ConfigError line naming the extra.
+
+A tracker sees the run through the callback hooks (params at `on_fit_start`, the records of
+`on_log` / `on_eval_end`, its state in checkpoints under its `state_key`) and, once `finish` has
+written summary.json, ledger.json and environment.json, through `run_finished(run_dir, summary)`:
+`after_finish` (called by `finish`, rank 0) writes environment.json and then calls it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from ecotrain.callbacks.base import Callback
+from ecotrain.errors import ConfigError
+
+EXTRAS = {  # tracker -> (module that must be importable, what it is, the extra to install)
+    "mlflow": ("mlflow", "MLflow", "pip install 'ecotrain[mlflow]'"),
+    "tensorboard": ("tensorboard", "TensorBoard", "pip install 'ecotrain[tensorboard]'"),
+}
+
+
+class Tracker(Callback):
+    """A tracker callback: the hooks, plus `run_finished` once the run folder's results are written."""
+
+    def run_finished(self, run_dir: Path, summary: dict) -> None: ...
+
+
+def require(name: str) -> None:
+    """One clear line when the tracker `name` is chosen but its package is not installed."""
+    module, what, install = EXTRAS[name]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"tracking.{name}: {what} is not installed ({module!r} not found); {install}, "
+                          f"or remove tracking.{name} from the config")
+
+
+def tracking_callbacks(cfg, folder) -> list[Callback]:
+    """The trackers `cfg.tracking` chooses (rank 0 only; none elsewhere)."""
+    t = cfg.tracking
+    if not folder.is_main or (t.mlflow is None and t.tensorboard is None):
+        return []
+    out: list[Callback] = []
+    if t.mlflow is not None:
+        require("mlflow")
+        from ecotrain.tracking.mlflow_tracker import MlflowTracker
+
+        out.append(MlflowTracker(t.mlflow, folder.path))
+    if t.tensorboard is not None:
+        require("tensorboard")
+        from ecotrain.tracking.tensorboard_tracker import TensorboardTracker
+
+        out.append(TensorboardTracker(t.tensorboard, folder.path))
+    return out
+
+
+def after_finish(run, summary: dict) -> None:
+    """Rank 0, after summary.json and ledger.json: environment.json, then each tracker's last upload."""
+    from ecotrain.environment import write_environment
+
+    write_environment(run.folder.path, run.bundle.content_hash)
+    for cb in run.cbs.callbacks:
+        if isinstance(cb, Tracker):
+            cb.run_finished(run.folder.path, summary)
+
+
+def flatten(tree, prefix: str = "") -> dict:
+    """{"optim": {"lr": 1e-3}} -> {"optim.lr": 1e-3}; lists and None as their JSON text."""
+    import json
+
+    out: dict = {}
+    for k, v in (tree or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, (int, float, str, bool)):
+            out[key] = v
+        else:
+            out[key] = json.dumps(v)
+    return out
+
+
+def numeric(record: dict) -> dict:
+    """The finite numbers of a metrics record, `step` and `epoch` excepted."""
+    import math
+
+    return {k: float(v) for k, v in record.items() if k not in ("step", "epoch") and isinstance(v, (int, float))
+            and not isinstance(v, bool) and math.isfinite(v)}
