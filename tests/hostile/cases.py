@@ -81,10 +81,10 @@ def both(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
 def trained_run(name: str = "run", *overrides: str) -> Callable[[Path], None]:
     """A finished tiny run at tmp/name: checkpoints at steps 2 and 4, model.safetensors, summary.json."""
     def setup(tmp: Path) -> None:
-        from ecotrain import fit
-        from ecotrain.config import load_config
+        from tests.conftest import run_cli  # a subprocess: no torch or logging state left in the test process
 
-        fit(load_config(tmp / "tiny.yaml", list(overrides)), run_dir=tmp / name, quiet=True)
+        r = run_cli("fit", tmp / "tiny.yaml", *overrides, "--run-dir", tmp / name, "--quiet", cwd=tmp)
+        assert r.returncode == 0, r.stderr
     return setup
 
 
