@@ -23,10 +23,15 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     try:
         if cfg.name in builtins:
             return builtins[cfg.name](dict(cfg.kwargs))
-        cls = import_object(cfg.name, "model.name")
-        model = cls(**cfg.kwargs)
     except (TypeError, ValueError) as exc:  # a wrong or impossible keyword, e.g. heads not dividing d_model
         raise ConfigError(f"model.kwargs: {exc}") from None
+    cls = import_object(cfg.name, "model.name")
+    try:
+        model = cls(**cfg.kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"model.kwargs: {exc}") from None
+    except Exception as exc:  # the user's class raised while being built: their error, in one line
+        raise ConfigError(f"model.name: building '{cfg.name}' raised {type(exc).__name__}: {exc}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.name: '{cfg.name}' built a {type(model).__name__}, not a torch.nn.Module")
     return model
