@@ -88,7 +88,10 @@ def load_or_make(generator: str, versions: Mapping[str, str], args: Mapping[str,
         return _unflatten(flat)
     if why is not None:
         log.warning("dataset cache: %s: %s; regenerating it", path, why)
-    data = dict(make())
+    from ecotrain.progress_work import work
+
+    with work(f"generating the {generator} dataset (cached after this run)"):  # a spinner on a terminal
+        data = dict(make())
     flat = _flatten(data, generator)
     try:
         _write(path, flat, key, spec)
@@ -171,6 +174,7 @@ def _write(path: Path, flat: Mapping[str, np.ndarray], key: str, spec: str) -> N
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide a shared ECOTRAIN_CACHE from other users
             f.write(blob)
             f.flush()
             os.fsync(f.fileno())
