@@ -174,7 +174,8 @@ def _write(path: Path, flat: Mapping[str, np.ndarray], key: str, spec: str) -> N
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide a shared ECOTRAIN_CACHE from other users
+            if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide a shared ECOTRAIN_CACHE from other users
+                os.fchmod(f.fileno(), 0o644)
             f.write(blob)
             f.flush()
             os.fsync(f.fileno())
