@@ -38,17 +38,18 @@ def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_conf
     return restore(state, cbs, augment, tensors, meta, folder, allow_missing=allow_config_change)
 
 
-def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False) -> Path:
+def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False, say: bool = True) -> Path:
     """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
-    when it has none, or when the optimizer state is wanted too."""
+    when it has none, or when the optimizer state is wanted too. `say`: tell the user which."""
     from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
 
+    tell = _warn if say else (lambda msg: None)
     best = path / "model.safetensors"
     if best.is_file() and not (keep_optimizer or checkpoint_only):
-        _warn(f"--init-from {path}: a run folder; starting from its best weights {best}")
+        tell(f"--init-from {path}: a run folder; starting from its best weights {best}")
         return best
     ckpts = list_checkpoints(path)
-    ckpt = latest_valid(path, _warn) if ckpts else None
+    ckpt = latest_valid(path, tell) if ckpts else None
     if ckpt is None:
         why = "no valid checkpoint" if ckpts else "no checkpoints/"
         if keep_optimizer and best.is_file():
@@ -56,7 +57,7 @@ def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool 
                                   "--keep-optimizer; drop it to start from model.safetensors")
         raise CheckpointError(f"--init-from {path}: a run folder with {why}"
                               + ("" if checkpoint_only else " and no model.safetensors") + ": no weights to start from")
-    _warn(f"--init-from {path}: a run folder; starting from its newest valid checkpoint {ckpt}")
+    tell(f"--init-from {path}: a run folder; starting from its newest valid checkpoint {ckpt}")
     return ckpt
 
 
@@ -70,9 +71,10 @@ def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: boo
         raise CheckpointError(f"--init-from {path}: not found")
     if path.is_dir() and not (path / "MANIFEST.json").exists():
         if any((path / n).exists() for n in ("model.safetensors", "checkpoints", "config.yaml", "summary.json")):
-            path = _run_folder_weights(path, keep_optimizer)
+            path = _run_folder_weights(path, keep_optimizer, say=optimizer is None)  # said once, not per stage
         elif path.name == "checkpoints" and any(p.name.startswith("step-") for p in path.iterdir()):
-            path = _run_folder_weights(path.parent, keep_optimizer, checkpoint_only=True)  # its newest valid one
+            path = _run_folder_weights(path.parent, keep_optimizer, checkpoint_only=True,  # its newest valid one
+                                       say=optimizer is None)
     if path.is_dir():
         tensors, meta = read_checkpoint(path)
         skeleton = meta.pop("sharded", None)
