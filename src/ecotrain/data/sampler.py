@@ -10,15 +10,13 @@ import torch
 
 
 class EpochSampler:
-    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool = True):
-        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.seed = n, batch_size, seed
 
     def __len__(self) -> int:  # batches per epoch (the last may be short)
         return (self.n + self.batch_size - 1) // self.batch_size
 
     def order(self, epoch: int) -> torch.Tensor:
-        if not self.shuffle:
-            return torch.arange(self.n)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.n, generator=g)
 
