@@ -4,7 +4,7 @@
 Scalars, at each record's step: `train/loss`, `train/lr`, `train/loss_<term>`, `val/<metric>`,
 `cost/flops`, `cost/energy_kwh`, `cost/co2e_g`; at the end `final/<key>` for summary.json's figures.
 Text: `config` (the resolved config) at the start. A resumed run opens the writer with
-`purge_step` = the checkpoint's step, so readers drop what the killed segment wrote after it; a
+`purge_step` = the checkpoint's step + 1, so readers drop what the killed segment wrote after it; a
 fresh run in a reused folder first removes the folder's old event files (default log_dir only).
 """
 
@@ -40,7 +40,8 @@ class TensorboardTracker(Tracker):
         if state.step == 0 and self.default and self.log_dir.is_dir():  # --overwrite: the old run's events go
             for old in self.log_dir.glob("events.out.tfevents.*"):
                 old.unlink()
-        self.writer = self._writer_cls(str(self.log_dir), purge_step=state.step or None)
+        # a resume: the checkpoint holds step N's log and evaluation, so what was written after N goes
+        self.writer = self._writer_cls(str(self.log_dir), purge_step=state.step + 1 if state.step else None)
         if state.step == 0:
             import yaml
 

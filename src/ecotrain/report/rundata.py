@@ -1,0 +1,139 @@
+"""A run folder as the report sees it: its files only (the report never reaches into a trainer).
+
+config.yaml, metrics.jsonl, summary.json, ledger.json, environment.json, mlflow.json, checkpoints/,
+tensorboard/ and the weights files; every one but config.yaml or metrics.jsonl may be missing (an
+unfinished run has no summary), and a damaged one is a note in the report, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ecotrain.errors import ConfigError
+
+
+@dataclass
+class RunData:
+    path: Path
+    name: str
+    config: dict = field(default_factory=dict)
+    config_text: str = ""
+    summary: Optional[dict] = None
+    ledger: Optional[dict] = None
+    environment: Optional[dict] = None
+    mlflow: Optional[dict] = None
+    logs: list = field(default_factory=list)  # metrics.jsonl log records (training loss, lr, live cost)
+    evals: list = field(default_factory=list)  # metrics.jsonl evaluation records (val_*)
+    checkpoints: list = field(default_factory=list)  # {"name", "step", "complete", "bytes"}
+    files: list = field(default_factory=list)  # (name, bytes) of the run folder's top-level files
+    notes: list = field(default_factory=list)  # what could not be read
+
+    def series(self, key: str, records: Optional[list] = None) -> list[tuple[int, float]]:
+        """(step, value) of `key` in the log records (`loss`, `lr`) or the evaluations (`val_*`)."""
+        if records is None:
+            records = self.evals if key.startswith("val_") else self.logs
+        out = []
+        for r in records:
+            v = r.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and "step" in r:
+                out.append((int(r["step"]), float(v)))
+        return out
+
+    @property
+    def metric(self) -> Optional[str]:
+        """The validation metric to plot: val_accuracy when there is one, else the first other val_* key."""
+        keys = [k for r in self.evals for k in r if k.startswith("val_") and k != "val_loss"]
+        if "val_accuracy" in keys:
+            return "val_accuracy"
+        return keys[0] if keys else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.path.name})" if self.path.name != self.name else self.name
+
+
+def _json(path: Path, notes: list) -> Optional[dict]:
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path.name}: not readable JSON ({type(exc).__name__})")
+        return None
+    if not isinstance(obj, dict):
+        notes.append(f"{path.name}: not a JSON object")
+        return None
+    return obj
+
+
+def read_run(run_dir) -> RunData:
+    import yaml
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ConfigError(f"{run_dir}: not a run folder (no such folder)" if not path.exists()
+                          else f"{run_dir}: a file, not a run folder")
+    if not (path / "config.yaml").is_file() and not (path / "metrics.jsonl").is_file():
+        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml, no metrics.jsonl); "
+                          "give the folders that `ecotrain fit` wrote")
+    run = RunData(path=path, name=path.name)
+    try:
+        run.config_text = (path / "config.yaml").read_text()
+        cfg = yaml.safe_load(run.config_text)
+        run.config = cfg if isinstance(cfg, dict) else {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        run.notes.append(f"config.yaml: not readable ({type(exc).__name__})")
+    run.name = str(run.config.get("name") or path.name)
+    run.summary = _json(path / "summary.json", run.notes)
+    if run.summary is None and (path / "config.yaml").is_file():
+        run.notes.append("no summary.json: the run did not finish (or is still running)")
+    run.ledger = _json(path / "ledger.json", run.notes)
+    if run.ledger is not None and not all(isinstance(run.ledger.get(k), dict) for k in ("energy", "co2e", "cost")):
+        run.notes.append("ledger.json: not an ecotrain ledger")
+        run.ledger = None
+    run.environment = _json(path / "environment.json", run.notes)
+    run.mlflow = _json(path / "mlflow.json", run.notes)
+    _read_metrics(run)
+    _read_checkpoints(run)
+    run.files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    return run
+
+
+def _read_metrics(run: RunData) -> None:
+    p = run.path / "metrics.jsonl"
+    if not p.is_file():
+        run.notes.append("no metrics.jsonl")
+        return
+    bad = 0
+    with open(p, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if not isinstance(rec, dict) or "step" not in rec:
+                bad += 1
+            elif "loss" in rec:
+                run.logs.append(rec)
+            elif any(k.startswith("val_") for k in rec):
+                run.evals.append(rec)
+    if bad:
+        run.notes.append(f"metrics.jsonl: {bad} unreadable line(s) skipped")
+
+
+def _read_checkpoints(run: RunData) -> None:
+    root = run.path / "checkpoints"
+    if not root.is_dir():
+        return
+    for p in sorted(root.iterdir()):
+        name = p.name
+        if not (p.is_dir() and name.startswith("step-") and name[5:].isdigit()):
+            continue
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        run.checkpoints.append({"name": name, "step": int(name[5:]), "complete": (p / "MANIFEST.json").is_file(),
+                                "bytes": size})
