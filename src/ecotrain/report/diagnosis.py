@@ -14,7 +14,7 @@ The rules, in order (the thresholds are the constants below):
 2. **Overfitting, from the gap**: final training accuracy minus validation accuracy >= `GAP` (0.10).
 3. **Underfitting**: the train/val accuracy gap is under `GAP` and either
    - the model is still learning: the best evaluation is one of the last two, and the validation
-     loss fell over the last half of the evaluations by at least `STILL_SHARE` (25%) of its whole
+     loss fell over the last half of the evaluations by at least `STILL_SHARE` (20%) of its whole
      fall since the first evaluation and by at least `STILL_MIN` (0.5%) of its value; or
    - training accuracy is below `LOW_ACCURACY` (0.5): the model does not fit its own training set.
    (The same rise without the training loss falling is called **unstable** training, not overfitting.)
@@ -36,7 +36,7 @@ RISE = 0.10
 TRAIN_FALL = 0.10
 GAP = 0.10
 MODERATE_GAP = 0.05
-STILL_SHARE = 0.25
+STILL_SHARE = 0.20
 STILL_MIN = 0.005
 LOW_ACCURACY = 0.5
 
@@ -141,8 +141,7 @@ def diagnose(evals: Sequence[tuple[int, float]], train: Sequence[tuple[int, floa
                                                                   else "") + ": the model does not fit even its "
                     "training data")
         else:
-            what = ("Training and validation loss were both still falling at the end "
-                    f"({how.split(': ', 1)[-1]})")
+            what = f"Validation loss was still falling at the end ({how})"
         text = (f"{what}: underfitting. Train longer (more steps), raise the learning rate, or use a bigger "
                 "model.")
         return Diagnosis("underfitting", _join(text, after), evidence)
@@ -154,9 +153,14 @@ def diagnose(evals: Sequence[tuple[int, float]], train: Sequence[tuple[int, floa
                                                   "for more evaluations).", after), evidence)
     parts = []
     if n >= 2:
-        v_min = min(v for _, v in evals)
-        parts.append(f"validation loss ends within {_pct(evals[-1][1] / v_min - 1) if v_min > 0 else '0%'} of "
-                     "its minimum")
+        i_min = min(range(n), key=lambda i: evals[i][1])
+        s_min, v_min = evals[i_min]
+        if i_min == n - 1:
+            parts.append("validation loss is lowest at the last evaluation but has flattened"
+                         + (f" ({how})" if how else ""))
+        else:
+            parts.append(f"validation loss ends within {_pct(evals[-1][1] / v_min - 1) if v_min > 0 else '0%'} of "
+                         f"its minimum (step {_steps(s_min)})")
     if gap is not None:
         parts.append(f"the train/validation accuracy gap is {gap:.3f}")
     text = "A good fit: " + " and ".join(parts) + "." if parts else "A good fit."

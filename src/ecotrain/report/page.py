@@ -135,8 +135,14 @@ def ledger_section(run, region_codes: Sequence[str]) -> str:
     from ecotrain.accounting.report import format_ledger
 
     e_, c = L["energy"], L["co2e"]
-    parts = ['<section class="ledger"><h2>Cost</h2>', f'<pre style="white-space:pre-wrap">{e(format_ledger(L))}</pre>']
-    parts.append(table(None, [("energy method", e_.get("method") or "n/a"),
+    f = L.get("flops") or {}
+    parts = ['<section class="ledger"><h2>Cost</h2>']
+    parts.append(table(None, [("FLOPs", num(f.get("total"))), ("wall, CPU", f"{fmt(L.get('wall_seconds'))} s, "
+                                                                            f"{fmt(L.get('cpu_seconds'))} CPU-s"),
+                              ("energy", f"{num(e_.get('kwh'))} kWh" if e_.get("kwh") is not None else "n/a"),
+                              ("CO2e", f"{num(c['kg'] * 1000)} g" if c.get("kg") is not None else "n/a"),
+                              ("cost", f"{num(L['cost'].get('amount'))} {L['cost'].get('currency', '')}"),
+                              ("energy method", e_.get("method") or "n/a"),
                               ("how", e_.get("how") or e_.get("missing_reason") or "n/a"),
                               ("grid", f"{c.get('grid')}: {fmt(c.get('g_per_kwh'))} g/kWh ({c.get('source')})")]))
     rows, note = region_rows(L, region_codes)
@@ -147,7 +153,8 @@ def ledger_section(run, region_codes: Sequence[str]) -> str:
                      "prints it.</p>")
     if note:
         parts.append(f'<p class="note">{e(note)}</p>')
-    parts.append("</section>")
+    parts.append(f'<details><summary>the whole ledger (as `ecotrain ledger` prints it)</summary>'
+                 f'<pre style="white-space:pre-wrap">{e(format_ledger(L))}</pre></details></section>')
     return "".join(parts)
 
 

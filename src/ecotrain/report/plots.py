@@ -97,7 +97,7 @@ def curves(run, diagnosis=None) -> str:
 
 def regions(rows: Sequence[tuple[str, float, bool]], kwh: float, method: str) -> str:
     """CO2e (g) of the run's energy on each grid; `rows` = (label, grams, is the recorded grid)."""
-    fig, (ax,) = _figure(7.5, 0.45 * len(rows) + 1.3)
+    fig, (ax,) = _figure(7.5, 0.3 * len(rows) + 1.2)
     labels = [r[0] for r in rows]
     ax.barh(labels, [r[1] for r in rows], color=[COLORS[1] if r[2] else COLORS[0] for r in rows])
     ax.invert_yaxis()
