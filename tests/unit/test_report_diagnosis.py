@@ -78,3 +78,25 @@ def test_too_few_evaluations():
     assert d.verdict == "not enough data" and "loop.eval_every" in d.text
     assert diagnose([], [], {"train_accuracy": 0.98, "val_accuracy": 0.97}).verdict == "good fit"
     assert diagnose([(1, float("nan")), (2, float("inf"))], [], {}).verdict == "not enough data"
+
+
+def test_report_of_an_unfinished_and_damaged_run(tmp_path):
+    """The report reads the run folder's files only: no summary (still running), a broken
+    environment.json and a garbage metrics line are notes, not failures."""
+    import json
+
+    from ecotrain.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: half\nearly_stopping: {enabled: false}\n")
+    lines = [{"step": s, "epoch": 0, "loss": 2.0 - s / 100, "lr": 1e-3} for s in (10, 20, 30, 40)]
+    lines += [{"step": s, "epoch": 0, "val_loss": 2.1 - s / 100, "val_accuracy": 0.1 + s / 200} for s in (20, 40)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + "{garbage\n")
+    (run / "environment.json").write_text("{broken")
+    page = build_report([[str(run)]]).read_text()
+    assert page.startswith("<!doctype html>") and "ecotrain report: half" in page
+    for note in ("no summary.json: the run did not finish", "environment.json: not readable JSON",
+                 "metrics.jsonl: 1 unreadable line(s) skipped", "No ledger.json"):
+        assert note in page
+    assert 'class="diagnosis-text">Only 2 evaluation(s)' in page and page.count("<img ") == 1

@@ -95,9 +95,15 @@ class MlflowTracker(Tracker):
                 log.warning(f"mlflow: run {self.run_id} is not in {self.uri}; this segment starts a new MLflow run")
         if not resumed:
             cfg = state.config
-            run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name or cfg.name,
-                                         tags={"ecotrain.run_dir": str(self.run_dir.resolve()),
-                                               "ecotrain.name": cfg.name})
+            try:
+                run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name or cfg.name,
+                                             tags={"ecotrain.run_dir": str(self.run_dir.resolve()),
+                                                   "ecotrain.name": cfg.name})
+            except Exception as exc:
+                self.failed = True
+                log.warning(f"mlflow: cannot create a run in {self.uri} ({type(exc).__name__}); MLflow tracking is "
+                            "off for this run (metrics.jsonl is complete)")
+                return
             self.run_id = run.info.run_id
             params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg.to_dict()).items()]
             self._call(lambda: [self.client.log_batch(self.run_id, params=p) for p in _chunks(params, 100)])
