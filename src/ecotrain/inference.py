@@ -278,7 +278,7 @@ def _write(path: Path, data: bytes, flag: str) -> None:
     try:
         atomic_write(path, data)
     except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc}); choose another {flag}") from None
 
 
 def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out: Optional[str | Path] = None,
