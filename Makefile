@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install bench clean
+.PHONY: demo test lint install bench clean browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,9 +19,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/ecotrain fit recipes/mnist1d_cnn.yaml
+	$(BIN)/ecotrain fit recipes/mnist1d_cnn.yaml --run-dir runs/demo --overwrite
+	$(BIN)/ecotrain report runs/demo
 
-test: $(STAMP)
+# The report's browser tests drive Debian's chromium + chromium-driver (a downloaded browser cannot be fetched).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  echo "make: installing chromium and chromium-driver (apt-get) for the report's browser tests"; \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || \
+	  { echo "make: chromium and chromium-driver are missing and could not be installed; run as root: apt-get install -y chromium chromium-driver"; exit 1; }; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
 
 lint: $(STAMP)

@@ -34,6 +34,7 @@ from ecotrain.optim import build_optimizer, build_scheduler
 from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
+from ecotrain.tracking import tracking_callbacks
 from ecotrain.task import ClassificationTask, LanguageModelTask, UserTask
 
 
@@ -164,6 +165,7 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     if show and not opts.quiet and dist.is_main:
         cbs.append(ProgressBar())
     cbs += [*config_callbacks(cfg), *methods.callbacks(), *parts.callbacks]
+    cbs += tracking_callbacks(cfg, folder)  # MLflow, TensorBoard (tracking/): when configured, rank 0
     manager = CheckpointManager(folder.path, cfg.checkpoint.keep_last, cfg.checkpoint.background)
     offset = logger.offset if logger else (lambda: 0)
     cbs.append(Checkpointer(manager, cfg.checkpoint, lambda st, copy: capture(
@@ -182,6 +184,8 @@ def config_callbacks(cfg: Config) -> list[Callback]:
             cb = cls(**spec.kwargs)
         except TypeError as exc:
             raise ConfigError(f"callbacks: {spec.path}: {exc}") from None
+        except Exception as exc:  # the user's class raised while being built
+            raise ConfigError(f"callbacks: building '{spec.path}' raised {type(exc).__name__}: {exc}") from None
         if not isinstance(cb, Callback):
             raise ConfigError(f"callbacks: {spec.path} is not an ecotrain Callback")
         out.append(cb)

@@ -46,6 +46,34 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--min-cost-cut", type=float, default=0.5, help="fraction of the baseline's cost (default 0.5)")
     c.add_argument("--by", default="co2e", choices=["flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost"])
     c.add_argument("--metric", default="test_accuracy", help="summary.json key (default test_accuracy)")
+    ev = sub.add_parser("eval", help="evaluate a trained model (run or checkpoint folder) in eval mode; prints and "
+                        "writes its metrics (RUN/eval-<label>.json)")
+    ev.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder")
+    ev.add_argument("--data", nargs="+", default=[], metavar="FILE|KEY=VALUE", help="a .npz/.csv file and/or "
+                    "overrides of the run's data section (num_samples=2000); default: the run's own data")
+    ev.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
+                    "has no test split")
+    ev.add_argument("--out", help="metrics JSON path (default RUN/eval-<label>.json)")
+    pr = sub.add_parser("predict", help="write a trained model's predictions with class probabilities (CSV)")
+    pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder")
+    pr.add_argument("--data", nargs="+", required=True, metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
+                    "optional) and/or overrides of the run's data section")
+    pr.add_argument("--out", required=True, help="predictions CSV, e.g. preds.csv")
+    pr.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
+                    "has no test split")
+    bn = sub.add_parser("bn-report", help="print a run's BatchNorm report (methods: [{name: batchnorm}])")
+    bn.add_argument("run_dir")
+    rp = sub.add_parser("report", help="write report.html: learning curves, a fit diagnosis, cost, environment; "
+                        "several runs: comparison and verdict")
+    rp.add_argument("runs", nargs="+", metavar="RUN", help="run folders; a comma list is one group (seeds); with "
+                    "two or more groups, each is compared with the first")
+    rp.add_argument("--out", help="the HTML file (default RUN/report.html for one run, ./report.html for several)")
+    rp.add_argument("--regions", help="grids of the CO2e-by-region chart, e.g. SE,FR,US (default SE,FR,GB,DE,US,CN,IN,PL,AU)")
+    rp.add_argument("--by", default="co2e", choices=["flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost"],
+                    help="the verdict's cost figure (as compare)")
+    rp.add_argument("--metric", default="test_accuracy", help="the verdict's summary.json key (as compare)")
+    rp.add_argument("--max-accuracy-drop", type=float, default=0.01)
+    rp.add_argument("--min-cost-cut", type=float, default=0.5)
     return p
 
 
@@ -163,7 +191,46 @@ def cmd_compare(args) -> int:
     return 0 if ok else 1
 
 
-COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cmd_ledger, "compare": cmd_compare}
+def cmd_eval(args) -> int:
+    from ecotrain.inference import evaluate
+
+    record, path = evaluate(args.target, args.data, args.split, args.out)
+    for k, v in record.items():
+        if isinstance(v, float):
+            print(f"{record['split']}_{k}: {v:.4f}")
+    print(f"samples: {record['samples']} ({record['split']}, eval mode)")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from ecotrain.inference import predict
+
+    rows, path = predict(args.target, args.data, args.out, args.split)
+    print(f"wrote {rows} predictions to {path}")
+    return 0
+
+
+def cmd_bn_report(args) -> int:
+    from ecotrain.methods.batchnorm import format_report, read_report
+
+    print(format_report(read_report(args.run_dir)))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from ecotrain.accounting.compare import split_runs
+    from ecotrain.report import DEFAULT_REGIONS, build_report
+
+    groups = [split_runs([item]) for item in args.runs]
+    regions = [r for r in args.regions.split(",") if r.strip()] if args.regions else DEFAULT_REGIONS
+    path = build_report(groups, args.out, regions, args.by, args.metric, args.max_accuracy_drop, args.min_cost_cut)
+    print(f"report: {path}")
+    return 0
+
+
+COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cmd_ledger, "compare": cmd_compare,
+            "eval": cmd_eval, "predict": cmd_predict, "bn-report": cmd_bn_report, "report": cmd_report}
 
 
 # Set by _run when this process trained under torchrun with several ranks: its files are closed and

@@ -182,6 +182,11 @@ class LedgerConfig(_Section):
 
     enabled: bool = True
     energy: Literal["codecarbon", "off"] = "codecarbon"  # CodeCarbon's OfflineEmissionsTracker; never online
+
+    @field_validator("energy", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):  # YAML 1.1 reads a bare `off` as false
+        return "off" if v is False else v
     country: Optional[str] = Field(None, description="ISO code of the grid (FR or FRA); None: world average")
     carbon_intensity: Optional[float] = Field(None, ge=0, description="g CO2e/kWh; overrides the country's")
     pue: float = Field(1.0, ge=1.0, description="data-centre power usage effectiveness")
@@ -202,6 +207,37 @@ class BudgetConfig(_Section):
     max_cost: Optional[float] = Field(None, gt=0)  # in ledger.currency
 
 
+class MlflowConfig(_Section):
+    """tracking/mlflow_tracker.py: params, per-step metrics, the ledger and the run folder in an MLflow store."""
+
+    tracking_uri: Optional[str] = Field(None, description="None: sqlite:///mlflow.db in the working directory "
+                                        "(what `mlflow ui` opens there); or sqlite:///path.db, http://server")
+    experiment: str = "ecotrain"
+    run_name: Optional[str] = None  # None: the config's name
+    artifacts: bool = True  # upload the run folder's files at the end (checkpoints/ only with `checkpoints`)
+    checkpoints: bool = False
+    registered_model: Optional[str] = None  # register_champion's model name (the continual registry's promotions)
+
+
+class TensorboardConfig(_Section):
+    """tracking/tensorboard_tracker.py: torch.utils.tensorboard event files."""
+
+    log_dir: Optional[str] = None  # None: RUN/tensorboard
+
+
+class TrackingConfig(_Section):
+    """Trackers beside metrics.jsonl, each one an optional extra: `tracking: {mlflow: {}, tensorboard: {}}`;
+    on the command line `tracking.tensorboard=true`."""
+
+    mlflow: Optional[MlflowConfig] = None
+    tensorboard: Optional[TensorboardConfig] = None
+
+    @field_validator("mlflow", "tensorboard", mode="before")
+    @classmethod
+    def _on_off(cls, v):  # true: on with the defaults; false: off
+        return {True: {}, False: None}.get(v, v) if isinstance(v, bool) else v
+
+
 class EmaConfig(_Section):
     """methods/ema.py: evaluate, test and save an exponential moving average of the weights."""
 
@@ -211,8 +247,41 @@ class EmaConfig(_Section):
     warmup: bool = True  # decay min(decay, (1+n)/(10+n)) over the first updates
 
 
+class BatchNormConfig(_Section):
+    """methods/batchnorm.py: what BatchNorm's running statistics do while fine-tuning (docs/finetuning.md)."""
+
+    name: Literal["batchnorm"]
+    # train: the default (naive); freeze_stats: BN in eval mode, gamma/beta still train; recompute: exact
+    # statistics of the train data after training; groupnorm: BN -> GroupNorm; momentum: BN momentum set below
+    policy: Literal["train", "freeze_stats", "recompute", "groupnorm", "momentum"] = "train"
+    momentum: Optional[float] = Field(None, gt=0, le=1)  # policy momentum only (required there); PyTorch's is 0.1
+    groups: Optional[int] = Field(None, gt=0)  # policy groupnorm only: groups per layer (default 32)
+    recompute_batch_size: int = Field(256, gt=0)  # policy recompute: batch size of the statistics pass
+    warn_gap: float = Field(0.05, ge=0, le=1)  # bn report: warn when eval- and train-mode val accuracy differ more
+
+    @model_validator(mode="after")
+    def _options_fit_policy(self) -> "BatchNormConfig":
+        if self.policy == "momentum" and self.momentum is None:
+            raise ValueError("policy momentum needs a value: momentum: 0.01 (PyTorch's default is 0.1)")
+        if self.momentum is not None and self.policy != "momentum":
+            raise ValueError(f"momentum is set but policy is {self.policy}; use policy: momentum")
+        if self.groups is not None and self.policy != "groupnorm":
+            raise ValueError(f"groups is set but policy is {self.policy}; use policy: groupnorm")
+        return self
+
+
+class FinetuneConfig(_Section):
+    """methods/finetune.py: freeze layers, per-group learning rates (docs/finetuning.md)."""
+
+    name: Literal["finetune"]
+    freeze: list[str] = Field(default_factory=list)  # parameter-name globs; `stem` also matches `stem.*`
+    freeze_depth: int = Field(0, ge=0)  # freeze the first N top-level children that hold parameters
+    # glob -> multiplier of optim.lr; the first glob that matches a parameter wins, the rest get 1
+    lr_multipliers: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+
+
 # One entry per method module under methods/; `name` picks the class (a discriminated union).
-MethodConfig = Annotated[Union[EmaConfig], Field(discriminator="name")]
+MethodConfig = Annotated[Union[EmaConfig, BatchNormConfig, FinetuneConfig], Field(discriminator="name")]
 
 
 class Config(_Section):
@@ -238,6 +307,7 @@ class Config(_Section):
     methods: list[MethodConfig] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @field_validator("name")
     @classmethod

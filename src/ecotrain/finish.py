@@ -15,6 +15,7 @@ from torch import nn
 
 from ecotrain.assemble import Run, evaluate_split
 from ecotrain.rundir import atomic_write, write_json
+from ecotrain.tracking import after_finish
 
 
 @dataclass
@@ -77,6 +78,7 @@ def finish(run: Run) -> dict:
     if dist.is_main:
         write_json(run.folder.path / "summary.json", summary)
         write_ledger(run)
+        after_finish(run, summary)  # environment.json, then the trackers' last upload (tracking/)
     return summary
 
 

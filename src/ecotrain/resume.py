@@ -17,13 +17,17 @@ from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.log import log
 
 
+WATCH_ONLY = ("tracking", "logging")  # top-level sections (or their keys) left out of the resume check
+
+
 def _warn(msg: str) -> None:
     log.warning(msg)
 
 
 def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_config_change: bool) -> dict:
     tensors, meta = read_checkpoint(folder)
-    changes = diff_configs(meta["config"], state.config.to_dict())
+    # what only watches the run (trackers, the progress bar) may change freely; the rest breaks exactness
+    changes = [c for c in diff_configs(meta["config"], state.config.to_dict()) if not c.startswith(WATCH_ONLY)]
     if meta.get("dataset_hash") != dataset_hash:
         changes.append(f"dataset content hash: {meta.get('dataset_hash')} -> {dataset_hash}")
     if changes and not allow_config_change:

@@ -6,7 +6,13 @@ device-hours and their price; budget.py limits and the forecast; ledger.py the c
 them together; report.py reads, prints and restates ledgers; compare.py compares runs.
 """
 
-from ecotrain.accounting.ledger import Ledger
 from ecotrain.accounting.report import read_ledger, summary_line, write_ledger
 
 __all__ = ["Ledger", "read_ledger", "summary_line", "write_ledger"]
+
+
+def __getattr__(name: str):  # the Ledger imports torch; readers of finished runs (report, compare) need none
+    if name == "Ledger":
+        from ecotrain.accounting.ledger import Ledger
+        return Ledger
+    raise AttributeError(name)

@@ -12,13 +12,25 @@ def _ema(cfg, strategy):
     return EMA(cfg, strategy)
 
 
-BUILDERS = {"ema": _ema}
+def _batchnorm(cfg, strategy):
+    from ecotrain.methods.batchnorm import BatchNormPolicy
+    return BatchNormPolicy(cfg, strategy)
+
+
+def _finetune(cfg, strategy, run):
+    from ecotrain.methods.finetune import FineTune
+    return FineTune(cfg, run.optim)
+
+
+BUILDERS = {"ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune}
+NEEDS_RUN = {"finetune"}  # builders that also take the run's whole Config (finetune: optim.lr, optim.weight_decay)
 
 
 def build_methods(cfg, extra=()) -> Methods:
     """The config's methods (in order), then any passed by the Python API."""
     strategy = cfg.distributed.strategy
-    return Methods([*(BUILDERS[m.name](m, strategy) for m in cfg.methods), *extra])
+    return Methods([*(BUILDERS[m.name](m, strategy, *((cfg,) if m.name in NEEDS_RUN else ())) for m in cfg.methods),
+                    *extra])
 
 
 __all__ = ["Method", "Methods", "build_methods", "BUILDERS"]
