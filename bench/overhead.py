@@ -40,25 +40,22 @@ def make_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(40, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def handwritten(steps: int, seed: int, **opt_kw) -> float:
-    (x, y), (xv, yv) = make_data()
-    model = make_model(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, **opt_kw)
-    g = torch.Generator().manual_seed(seed)
-    step = 0
+def hand_loop(model, opt, epoch_batches, val, steps: int) -> float:
+    """The hand-written loop both baselines share; `epoch_batches(epoch)` yields one epoch's (x, y)."""
+    xv, yv = val
+    step, epoch = 0, 0
     t0 = time.perf_counter()
     while step < steps:
         model.train()
-        perm = torch.randperm(len(y), generator=g)
-        for i in range(0, len(y), 32):
-            idx = perm[i : i + 32]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+        for xb, yb in epoch_batches(epoch):
+            loss = F.cross_entropy(model(xb), yb)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
             if step >= steps:
                 break
+        epoch += 1
         model.eval()
         with torch.inference_mode():  # the same validation pass as ecotrain's: loss and accuracy
             loss_sum = acc_sum = 0
@@ -70,34 +67,27 @@ def handwritten(steps: int, seed: int, **opt_kw) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def handwritten(steps: int, seed: int, **opt_kw) -> float:
+    """Tensors indexed by a seeded permutation, AdamW (PyTorch's default kernel unless `opt_kw`)."""
+    (x, y), val = make_data()
+    model = make_model(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, **opt_kw)
+    g = torch.Generator().manual_seed(seed)
+
+    def epoch_batches(epoch):
+        perm = torch.randperm(len(y), generator=g)
+        return ((x[idx], y[idx]) for idx in perm.split(32))
+    return hand_loop(model, opt, epoch_batches, val, steps)
+
+
 def dataloader_loop(steps: int, seed: int) -> float:
     """The loop most users write: DataLoader(shuffle=True) over a TensorDataset, default AdamW."""
-    (x, y), (xv, yv) = make_data()
+    (x, y), val = make_data()
     model = make_model(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32, shuffle=True,
                                          generator=torch.Generator().manual_seed(seed))
-    step = 0
-    t0 = time.perf_counter()
-    while step < steps:
-        model.train()
-        for xb, yb in loader:
-            loss = F.cross_entropy(model(xb), yb)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if step >= steps:
-                break
-        model.eval()
-        with torch.inference_mode():
-            loss_sum = acc_sum = 0
-            for i in range(0, len(yv), 128):
-                out = model(xv[i : i + 128])
-                loss_sum += F.cross_entropy(out, yv[i : i + 128], reduction="sum")
-                acc_sum += (out.argmax(-1) == yv[i : i + 128]).sum()
-            float(loss_sum), float(acc_sum)
-    return steps / (time.perf_counter() - t0)
+    return hand_loop(model, opt, lambda epoch: loader, val, steps)
 
 
 def with_ecotrain(steps: int, seed: int, implementation: str = "auto", methods=()) -> float:

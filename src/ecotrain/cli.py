@@ -248,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     _PREEMPTION = Preemption()
     _PREEMPTION.install()  # before torch is imported: a SIGTERM during start-up is answered, not fatal
     setup_cli_logging()
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    finally:
+        _PREEMPTION.uninstall()  # the caller's handlers back (main() may run inside a longer process)
     if _HARD_EXIT:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -50,6 +50,7 @@ class Case:
     env: dict = field(default_factory=dict)
     cwd: str = "."  # relative to tmp
     needs_non_root: bool = False  # permission cases: root reads every file
+    isolated: bool = False  # run in a fresh `python -m ecotrain` process instead of calling cli.main here
     xfail: str = ""  # a known gap, with where it is to be mended (strict: passing unexpectedly fails)
 
 
@@ -78,13 +79,27 @@ def both(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
     return setup
 
 
-def trained_run(name: str = "run", *overrides: str) -> Callable[[Path], None]:
-    """A finished tiny run at tmp/name: checkpoints at steps 2 and 4, model.safetensors, summary.json."""
-    def setup(tmp: Path) -> None:
-        from tests.conftest import run_cli  # a subprocess: no torch or logging state left in the test process
+_TRAINED: dict[tuple, Path] = {}  # one real training per distinct setup in a session; each case gets a copy
 
-        r = run_cli("fit", tmp / "tiny.yaml", *overrides, "--run-dir", tmp / name, "--quiet", cwd=tmp)
-        assert r.returncode == 0, r.stderr
+
+def trained_run(name: str = "run", *overrides: str) -> Callable[[Path], None]:
+    """A finished tiny run at tmp/name: checkpoints at steps 2 and 4, model.safetensors, summary.json.
+    Trained once per distinct `overrides` (by the real CLI, in a subprocess: no torch or logging state
+    in the test process) and copied into each case's folder, which keeps the corpus fast."""
+    def setup(tmp: Path) -> None:
+        import atexit
+        import tempfile
+
+        from tests.conftest import run_cli
+
+        if overrides not in _TRAINED:
+            home = Path(tempfile.mkdtemp(prefix="ecotrain-hostile-"))
+            atexit.register(shutil.rmtree, home, True)
+            (home / "tiny.yaml").write_text(TINY)
+            r = run_cli("fit", home / "tiny.yaml", *overrides, "--run-dir", home / "run", "--quiet", cwd=home)
+            assert r.returncode == 0, r.stderr
+            _TRAINED[overrides] = home / "run"
+        shutil.copytree(_TRAINED[overrides], tmp / name)
     return setup
 
 
@@ -180,7 +195,7 @@ PYPATH = {"PYTHONPATH": "{tmp}"}
 CASES: list[Case] = [
     # ---- recipes ----
     Case("recipe_random_bytes", ["fit", "{tmp}/bytes.yaml"], 2, ["bytes.yaml", "not a text file", "UTF-8"],
-         write("bytes.yaml", RANDOM_BYTES)),
+         write("bytes.yaml", RANDOM_BYTES), isolated=True),
     Case("recipe_empty", ["fit", "{tmp}/empty.yaml"], 2, ["empty.yaml", "recipe is empty", "data:"],
          write("empty.yaml", "")),
     Case("recipe_only_comments", ["fit", "{tmp}/c.yaml"], 2, ["recipe is empty"], write("c.yaml", "# nothing\n")),
@@ -350,7 +365,7 @@ def is_root() -> bool:
 # ---- run folders: resumed, refused, or replaced only under --overwrite; nothing lost (docs/reliability.md) ----
 CASES += [
     Case("fit_into_a_finished_run", ["fit", "{tmp}/tiny.yaml", "--run-dir", "{tmp}/run"], 2,
-         ["already holds a run", "--resume auto", "fresh --run-dir", "--overwrite"], trained_run()),
+         ["already holds a run", "--resume auto", "fresh --run-dir", "--overwrite"], trained_run(), isolated=True),
     Case("fit_into_a_partial_run", ["fit", "{tmp}/tiny.yaml", "--run-dir", "{tmp}/run"], 2,
          ["already holds a run", "metrics.jsonl"], both(write("run/config.yaml", "name: x\n"),
                                                         write("run/metrics.jsonl", '{"step": 2}\n'))),

@@ -6,8 +6,14 @@ key words (for code 0: the words anywhere in the output), leave every file it wa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
 import re
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -41,6 +47,38 @@ def _matches(rel: str, patterns) -> bool:
     return any(_glob_re(p).fullmatch(rel) for p in patterns)
 
 
+def run_main(*args, cwd: Path, env: dict, timeout=None) -> subprocess.CompletedProcess:
+    """The CLI's own `main(argv)` in this process, as `python -m ecotrain` would run it in `cwd` with
+    `env` (its folder first on sys.path): what a subprocess gives, less interpreter start-up and the
+    torch import, ~3 s a case. An exception escaping main() is printed as the Traceback it would be."""
+    from ecotrain import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = (os.getcwd(), dict(os.environ), list(sys.path), set(sys.modules))
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.path[:0] = [str(cwd), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved[0])
+        os.environ.clear()
+        os.environ.update(saved[1])
+        sys.path[:] = saved[2]
+        for name in set(sys.modules) - saved[3]:  # the user's modules of this case (a fresh import next time)
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if file.startswith(str(cwd)) or file.startswith(env.get("PYTHONPATH", "\0") or "\0"):
+                del sys.modules[name]
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def test_case_ids_are_unique():
     assert len(by_id()) == len(CASES)
 
@@ -57,8 +95,9 @@ def test_hostile(case: Case, tmp_path: Path):
     cwd = tmp_path / case.cwd
     cwd.mkdir(parents=True, exist_ok=True)
 
-    r = run_cli(*(fill(a, tmp_path) for a in case.args), cwd=cwd, timeout=240,
-                env={k: fill(v, tmp_path) for k, v in case.env.items()})
+    run = run_cli if case.isolated else run_main
+    r = run(*(fill(a, tmp_path) for a in case.args), cwd=cwd, timeout=240,
+            env={k: fill(v, tmp_path) for k, v in case.env.items()})
 
     shown = f"exit {r.returncode}\n--- stderr ---\n{r.stderr}\n--- stdout ---\n{r.stdout[-2000:]}"
     assert "Traceback" not in r.stderr, shown

@@ -11,7 +11,6 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import Callback, fit
-from ecotrain.callbacks import ProgressBar
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods import Method
 
@@ -163,17 +162,18 @@ def test_unknown_method_is_a_config_error(tiny_cfg):
 
 # -- defects found in review -------------------------------------------------------------------
 def test_defect1_callback_state_survives_a_changed_callback_list(tiny_cfg, tmp_path):
-    """State was keyed by list position: adding the progress bar on resume shifted it, and the
-    checkpointer's `best` came back None (a best checkpoint could then be pruned)."""
-    cfg = tiny_cfg(**{"checkpoint.on_best": True, "checkpoint.every_n_steps": 20, "checkpoint.keep_last": 1})
-    cut = fit(cfg, run_dir=tmp_path / "r", callbacks=[SigtermAt(45)])
-    best = cut.state.last_checkpoint
-    from rich.console import Console
-    bar = ProgressBar(console=Console(file=open(os.devnull, "w"), force_terminal=True))
-    resumed = fit(cfg, run_dir=tmp_path / "r", resume=best, callbacks=[bar])
+    """State was keyed by list position: the progress bar, on when resuming in a terminal and off in
+    the first run, shifted the Checkpointer, whose `best` came back None; the best checkpoint was
+    then pruned."""
+    keep = {"checkpoint.on_best": True, "checkpoint.every_n_steps": 20, "checkpoint.keep_last": 1,
+            "early_stopping.mode": "max"}  # "best" = the highest val_loss: the first evaluation, step 20
+    cut = fit(tiny_cfg(**keep), run_dir=tmp_path / "r", callbacks=[SigtermAt(45)])
+    assert cut.summary["stopped_because"] == "preempted"
+    with_bar = tiny_cfg(**keep, **{"logging.progress": "on"})  # the bar joins the defaults, before the checkpointer
+    resumed = fit(with_bar, run_dir=tmp_path / "r", resume=cut.state.last_checkpoint, callbacks=[SigtermAt(10**9)])
     kept = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
     best_step = f"step-{resumed.summary['best_step']:08d}"
-    assert best_step in kept, (best_step, kept)  # the best checkpoint was kept through the resume
+    assert resumed.summary["best_step"] == 20 and best_step in kept, (best_step, kept)  # the best one was kept
 
 
 def test_defect1_a_missing_stateful_callback_fails_loudly(tiny_cfg, tmp_path):

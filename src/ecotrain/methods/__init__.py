@@ -7,30 +7,28 @@ from __future__ import annotations
 from ecotrain.methods.base import Method, Methods
 
 
-def _ema(cfg, strategy):
+# Each builder takes (its own config entry, the run's whole Config) and imports its module lazily.
+def _ema(m, run):
     from ecotrain.methods.ema import EMA
-    return EMA(cfg, strategy)
+    return EMA(m, run.distributed.strategy)
 
 
-def _batchnorm(cfg, strategy):
+def _batchnorm(m, run):
     from ecotrain.methods.batchnorm import BatchNormPolicy
-    return BatchNormPolicy(cfg, strategy)
+    return BatchNormPolicy(m, run.distributed.strategy)
 
 
-def _finetune(cfg, strategy, run):
+def _finetune(m, run):
     from ecotrain.methods.finetune import FineTune
-    return FineTune(cfg, run.optim)
+    return FineTune(m, run.optim)  # its groups need optim.lr and optim.weight_decay
 
 
 BUILDERS = {"ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune}
-NEEDS_RUN = {"finetune"}  # builders that also take the run's whole Config (finetune: optim.lr, optim.weight_decay)
 
 
 def build_methods(cfg, extra=()) -> Methods:
     """The config's methods (in order), then any passed by the Python API."""
-    strategy = cfg.distributed.strategy
-    return Methods([*(BUILDERS[m.name](m, strategy, *((cfg,) if m.name in NEEDS_RUN else ())) for m in cfg.methods),
-                    *extra])
+    return Methods([*(BUILDERS[m.name](m, cfg) for m in cfg.methods), *extra])
 
 
 __all__ = ["Method", "Methods", "build_methods", "BUILDERS"]
