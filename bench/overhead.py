@@ -6,8 +6,11 @@ terminal), metrics.jsonl logging, early-stopping bookkeeping, the divergence gua
 Rounds alternate (ecotrain, hand-written, ...); the ratio is the median of per-round ratios.
 
     python bench/overhead.py [--steps 3000] [--rounds 5]
-Also against the loop most users write (`DataLoader(shuffle=True)`, default AdamW), and with the EMA
-method on. Ends with `RESULT ratio=... ratio_same_kernel=... ratio_dataloader=... ema_on_over_off=...`.
+`ratio_same_kernel` is the loop's own cost: both sides on PyTorch's default AdamW kernel and
+ecotrain with the cost ledger off; `ledger_cost` is what the ledger takes from the same run (its
+one-time first-step FLOP count and CodeCarbon's start, amortised over --steps). Also against the
+loop most users write (`DataLoader(shuffle=True)`, default AdamW), and with the EMA method on.
+Ends with `RESULT ratio=... ratio_same_kernel=... ratio_dataloader=... ema_on_over_off=... ledger_cost=...`.
 """
 
 from __future__ import annotations
@@ -90,10 +93,10 @@ def dataloader_loop(steps: int, seed: int) -> float:
     return hand_loop(model, opt, lambda epoch: loader, val, steps)
 
 
-def with_ecotrain(steps: int, seed: int, implementation: str = "auto", methods=()) -> float:
+def with_ecotrain(steps: int, seed: int, implementation: str = "auto", methods=(), ledger: bool = True) -> float:
     train, val = make_data()
     cfg = Config.model_validate({
-        "seed": seed, "data": {"batch_size": 32}, "methods": list(methods),
+        "seed": seed, "data": {"batch_size": 32}, "methods": list(methods), "ledger": {"enabled": ledger},
         "optim": {"name": "adamw", "lr": 1e-3, "implementation": implementation},
         "loop": {"max_steps": steps, "max_epochs": None, "log_every": 50},
         "early_stopping": {"enabled": True, "patience": 1000},
@@ -113,25 +116,32 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # a tiny model: threads add noise, not speed
     with_ecotrain(200, 0), handwritten(200, 0)  # warm-up
-    ratios, same, loader, ema = [], [], [], []
+    ratios, same, loader, ema, ledger_cost = [], [], [], [], []
     for r in range(args.rounds):
         e, h = with_ecotrain(args.steps, r), handwritten(args.steps, r)
         # the pure loop overhead: both sides on PyTorch's default (for-loop) AdamW kernel
-        e2, h2 = with_ecotrain(args.steps, r, "for-loop"), handwritten(args.steps, r, foreach=False)
+        # the loop's own cost: both sides on PyTorch's default (for-loop) AdamW kernel, ecotrain's loop and
+        # callbacks with the cost ledger off; the ledger's cost is measured on its own (ledger_cost)
+        e2, h2 = with_ecotrain(args.steps, r, "for-loop", ledger=False), handwritten(args.steps, r, foreach=False)
+        e3 = with_ecotrain(args.steps, r, "for-loop")  # the same, ledger on
         d = dataloader_loop(args.steps, r)  # the loop most users write, against ecotrain's defaults
         m = with_ecotrain(args.steps, r, methods=[{"name": "ema"}])  # EMA on: its cost, against e
         ratios.append(e / h), same.append(e2 / h2), loader.append(e / d), ema.append(m / e)
+        ledger_cost.append(1 - e3 / e2)
         print(f"round {r}: ecotrain {e:6.0f} vs handwritten {h:6.0f} steps/s (ratio {e / h:.3f}); "
               f"same optimizer kernel: {e2:6.0f} vs {h2:6.0f} (ratio {e2 / h2:.3f}); DataLoader loop {d:6.0f} "
               f"(ratio {e / d:.3f}); with EMA {m:6.0f} ({m / e:.3f} of without)", file=sys.stderr)
     ratio, ratio_same = statistics.median(ratios), statistics.median(same)
     ratio_loader, ratio_ema = statistics.median(loader), statistics.median(ema)
+    cost = statistics.median(ledger_cost)
     print(f"ecotrain/handwritten steps/s ratio: {ratio:.3f} with ecotrain's defaults (fused AdamW); "
           f"{ratio_same:.3f} with the same optimizer kernel on both sides; {ratio_loader:.3f} against a "
           f"DataLoader(shuffle=True) loop with default AdamW; EMA on runs at {ratio_ema:.3f} of EMA off "
           f"(median of {args.rounds})")
+    print(f"the cost ledger (first-step FLOP count, CodeCarbon's start and sampling threads) costs {cost:.1%} of "
+          f"the steps/s of a {args.steps}-step run; one-time costs, so less in longer runs")
     print(f"RESULT ratio={ratio:.3f} ratio_same_kernel={ratio_same:.3f} ratio_dataloader={ratio_loader:.3f} "
-          f"ema_on_over_off={ratio_ema:.3f}")
+          f"ema_on_over_off={ratio_ema:.3f} ledger_cost={cost:.3f}")
 
 
 if __name__ == "__main__":
