@@ -232,3 +232,25 @@ def test_defect9_deterministic_flags_are_restored(tiny_cfg, tmp_path):
     fit(tiny_cfg(), run_dir=tmp_path / "r", callbacks=[Look()])
     assert seen == [True]  # on during the run
     assert (torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG")) == before
+
+
+def test_two_stateful_callbacks_of_one_class_need_distinct_keys(tiny_cfg, tmp_path):
+    class Counter(Callback):
+        def __init__(self, key=None):
+            self.state_key, self.n = key, 0
+
+        def on_step_end(self, state):
+            self.n += 1
+
+        def state_dict(self):
+            return {"n": self.n}
+
+        def load_state_dict(self, sd):
+            self.n = sd["n"]
+
+    with pytest.raises(ConfigError, match="share the state key"):
+        fit(tiny_cfg(), run_dir=tmp_path / "a", callbacks=[Counter(), Counter()])
+    assert not (tmp_path / "a").exists()  # refused before anything was written
+    a, b = Counter("first"), Counter("second")
+    r = fit(tiny_cfg(), run_dir=tmp_path / "b", callbacks=[a, b])
+    assert a.n == b.n == 60 and r.summary["steps"] == 60

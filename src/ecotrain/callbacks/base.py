@@ -69,7 +69,8 @@ class CallbackList:
                 continue
             key = cb.state_key or type(cb).__qualname__
             if key in out:
-                raise ValueError(f"two callbacks share the state key '{key}'; give one a distinct `state_key`")
+                from ecotrain.errors import ConfigError
+                raise ConfigError(f"callbacks: two share the state key '{key}'; give one a distinct `state_key`")
             out[key] = cb
         return out
 
