@@ -5,6 +5,7 @@ Every user error ends as one line `ecotrain: error: ...` and its exit code (see 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -74,7 +75,15 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--metric", default="test_accuracy", help="the verdict's summary.json key (as compare)")
     rp.add_argument("--max-accuracy-drop", type=float, default=0.01)
     rp.add_argument("--min-cost-cut", type=float, default=0.5)
+    for module in COMMAND_MODULES:  # commands that live beside their feature (light imports only)
+        COMMANDS.update(importlib.import_module(module).add_commands(sub))
     return p
+
+
+# Modules with `add_commands(subparsers) -> {name: handler}`; each keeps its heavy imports inside
+# the handler, so `ecotrain --help` stays fast. One line per feature area.
+COMMAND_MODULES: list[str] = [
+]
 
 
 
