@@ -80,6 +80,8 @@ class TrainState:
     counters: Counters = field(default_factory=Counters)
     last_checkpoint: Optional[str] = None  # set by the Checkpointer
     progress_fields: dict = field(default_factory=dict)  # display only (the ledger's kWh, gCO2e)
+    flops_dirty: bool = False  # set by flops_changed(); the ledger re-measures the next step
+    extra_flops: dict = field(default_factory=dict)  # label -> FLOPs paid outside the measured steps
     train_seconds: float = 0.0  # the loop's time, all segments; `elapsed()` for a live figure
     segment_start: Optional[float] = None  # perf_counter when this segment's loop started
 
@@ -90,6 +92,16 @@ class TrainState:
     def stop(self, reason: str) -> None:
         if not self.should_stop:
             self.should_stop, self.stopped_because = True, reason
+
+    def flops_changed(self) -> None:
+        """A method changed the per-sample work (a layer shrank, the input length or batch size
+        changed): the ledger banks the FLOPs so far and measures the next step again."""
+        self.flops_dirty = True
+
+    def add_flops(self, n: float, label: str) -> None:
+        """A one-off cost inside this run but outside the measured steps (a teacher's forward pass
+        over the training set to cache its logits); listed under ledger.json `flops.extra`."""
+        self.extra_flops[label] = self.extra_flops.get(label, 0.0) + float(n)
 
     def elapsed(self) -> float:
         """Training seconds so far, earlier segments included (a checkpoint saves this)."""

@@ -187,3 +187,27 @@ def test_budget_config_is_validated(tiny_cfg):
 def test_ledger_off_writes_nothing(tiny_cfg, tmp_path):
     fit(tiny_cfg(**{"ledger.enabled": False, "loop.max_steps": 10}), run_dir=tmp_path)
     assert not (tmp_path / "ledger.json").exists()
+
+
+def test_flops_changed_banks_the_old_rate_and_measures_again(tiny_cfg, tmp_path):
+    """A method that changes the per-sample work mid-run (here: the first layer frozen at step 20,
+    so its weight gradient is no longer computed) is counted at each rate for the samples trained
+    at it; one-off costs (state.add_flops) are listed and added."""
+    from ecotrain.callbacks import Callback
+
+    class FreezeFirst(Callback):
+        def on_step_end(self, state):
+            if state.step == 20:
+                self.at = state.samples_seen
+                first = next(m for m in state.model.modules() if isinstance(m, nn.Linear))
+                first.requires_grad_(False)
+                state.flops_changed()
+                state.add_flops(1000, "teacher_cache")
+
+    cb = FreezeFirst()
+    r = fit(tiny_cfg(**{"ledger.energy": "off", "loop.eval_every": None}), run_dir=tmp_path, callbacks=[cb])
+    f = ledger_of(tmp_path)["flops"]
+    frozen = FWD + 2 * H * OUT  # backward: the second layer's weight gradient only (no input gradient now)
+    assert f["per_train_sample"] == frozen and f["remeasured"] == 1
+    assert f["train"] == (FWD + BWD) * cb.at + frozen * (r.state.samples_seen - cb.at)
+    assert f["extra"] == {"teacher_cache": 1000.0} and f["total"] == f["train"] + f["eval"] + 1000

@@ -43,7 +43,7 @@ class Ledger(Callback):
         self.cfg, self.eval_samples = cfg, eval_samples
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
         self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
-                      "segments": 0, "train_flops": 0.0}  # earlier segments of a resumed run (state_dict)
+                      "segments": 0, "train_flops": 0.0, "eval_flops": 0.0, "extra_flops": {}}  # earlier segments of a resumed run (state_dict)
         self.eval_passes = 0
         self.step_flops: Optional[StepFlops] = None
         self.measured_step: Optional[int] = None
@@ -58,7 +58,13 @@ class Ledger(Callback):
         self._next_clock = math.inf
         self._t0 = self._c0 = 0.0
         self.world = 1
-        self._samples0 = 0  # samples_seen when this segment started (per rank; the world size may change)
+        # A method that changes the per-sample work (structured pruning, progressive resizing, a batch
+        # ramp) calls state.flops_changed(): the FLOPs so far are banked at the old measured rate and
+        # the next step is measured again. `_piece0`/`_passes0`: where the current rate started.
+        self.banked = {"train": 0.0, "eval": 0.0}
+        self._piece0 = 0
+        self._passes0 = 0
+        self.remeasures = 0
         self._state = None  # for state_dict(), which gets no state
 
     # -- set-up --------------------------------------------------------------------------------
@@ -79,13 +85,16 @@ class Ledger(Callback):
             gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
             self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
             self.meter.start()
-        self._measure, self._samples0, self._state = True, state.samples_seen, state
+        self._measure, self._state = True, state
+        self._piece0, self._passes0 = state.samples_seen, self.eval_passes
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
             self._next_clock = state.step + _CLOCK_EVERY
         self._t0, self._c0 = time.perf_counter(), cpu_seconds()
 
     # -- per step: integer and float bookkeeping only ------------------------------------------
     def on_step_start(self, state):
+        if state.flops_dirty:
+            self._bank(state)
         if self._measure:
             self._measure, self._samples_before = False, state.samples_seen
             self._counter.start(state.model)
@@ -109,11 +118,23 @@ class Ledger(Callback):
         self.measured_step = state.step
         self._flops_limit()
 
+    def _bank(self, state) -> None:
+        """Close the current FLOPs rate at this step and measure the next step again."""
+        state.flops_dirty = False
+        f = self.step_flops
+        if f is not None:
+            self.banked["train"] += f.per_sample * (state.samples_seen - self._piece0) * self.world
+            self.banked["eval"] += f.forward_per_sample * self.eval_samples * (self.eval_passes - self._passes0)
+            self.remeasures += 1
+        self._piece0, self._passes0 = state.samples_seen, self.eval_passes
+        self._measure = True
+
     def _flops_limit(self) -> None:
         f = self.step_flops
         if "max_flops" in self.limits and f is not None and f.total > 0:
-            left = self.limits["max_flops"] - self.eval_flops() - self.prior["train_flops"]
-            affordable = self._samples0 + left / (f.per_sample * self.world)  # as a samples_seen value
+            left = (self.limits["max_flops"] - self.eval_flops() - self.prior["train_flops"] - self.banked["train"]
+                    - self.extra_flops())
+            affordable = self._piece0 + left / (f.per_sample * self.world)  # as a samples_seen value
             self._sample_limit = affordable - f.samples + 1e-6 * f.samples  # stop before a step that overdraws
 
     # -- at log intervals, evaluations, epoch ends -----------------------------------------------
@@ -152,12 +173,24 @@ class Ledger(Callback):
     # -- the figures ---------------------------------------------------------------------------
     def eval_flops(self) -> float:
         f = self.step_flops
-        return f.forward_per_sample * self.eval_samples * self.eval_passes if f else 0.0
+        live = f.forward_per_sample * self.eval_samples * (self.eval_passes - self._passes0) if f else 0.0
+        return self.prior["eval_flops"] + self.banked["eval"] + live
 
     def train_flops(self, state) -> float:
         f = self.step_flops  # per sample of this segment: a resume may change the world size
-        this = f.per_sample * (state.samples_seen - self._samples0) * self.world if f else 0.0
-        return self.prior["train_flops"] + this
+        this = f.per_sample * (state.samples_seen - self._piece0) * self.world if f else 0.0
+        return self.prior["train_flops"] + self.banked["train"] + this
+
+    def extra_flops(self) -> float:
+        """One-off costs outside the measured steps (state.add_flops), earlier segments included."""
+        extra = self._state.extra_flops if self._state is not None else {}
+        return sum(self.prior["extra_flops"].values()) + sum(extra.values())
+
+    def extra_by_label(self) -> dict:
+        out = dict(self.prior["extra_flops"])
+        for k, v in (self._state.extra_flops if self._state is not None else {}).items():
+            out[k] = out.get(k, 0.0) + v
+        return out
 
     def _kwh(self) -> Optional[float]:
         if self.meter is None or self.prior["energy_missing"]:
@@ -169,7 +202,7 @@ class Ledger(Callback):
         wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
         cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
         kwh = self._kwh() if energy else None
-        return {"flops": self.train_flops(state) + self.eval_flops() if self.step_flops else None,
+        return {"flops": self.train_flops(state) + self.eval_flops() + self.extra_flops() if self.step_flops else None,
                 "wall_seconds": wall, "cpu_seconds": cpu, "cpu_hours": cpu / 3600, "energy_kwh": kwh,
                 "co2e_kg": kwh * self.g_per_kwh / 1000 if kwh is not None and self.g_per_kwh is not None else None,
                 "cost": wall / 3600 * self.device_count * self.world * self.price if self.price is not None else None}
@@ -197,6 +230,7 @@ class Ledger(Callback):
         f = self.step_flops
         flops = None if f is None else {
             "total": spend["flops"], "train": self.train_flops(state), "eval": self.eval_flops(),
+            "extra": self.extra_by_label(), "remeasured": self.remeasures,
             "measured_step_flops": f.total, "measured_step_samples": f.samples,
             "per_train_sample": f.per_sample, "forward_per_sample": f.forward_per_sample,
             "eval_passes": self.eval_passes, "eval_samples_per_pass": self.eval_samples,
@@ -233,21 +267,28 @@ class Ledger(Callback):
             kwh, missing = r["energy"]["kwh"], r["energy"]["missing_reason"]
             wall, cpu, segments = r["wall_seconds"], r["cpu_seconds"], r["segments"]
             train = r["flops"]["train"] if r["flops"] else self.prior["train_flops"]
+            evalf = r["flops"]["eval"] if r["flops"] else self.prior["eval_flops"]
         else:  # a checkpoint mid-run: this segment so far
             wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
             cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
             kwh, segments = self._kwh(), self.prior["segments"] + 1
             train = self.train_flops(self._state) if self._state is not None else self.prior["train_flops"]
+            evalf = self.eval_flops()
             missing = self.prior["energy_missing"] or (
                 (self.meter.reason if self.meter else "ledger.energy=off") if kwh is None else None)
         return {"wall_seconds": wall, "cpu_seconds": cpu, "energy_kwh": kwh or 0.0, "energy_missing": missing,
                 "segments": segments, "train_flops": train, "eval_passes": self.eval_passes,
-                "forecast": self.forecast}
+                "eval_flops": evalf, "extra_flops": self.extra_by_label(), "forecast": self.forecast}
 
     def load_state_dict(self, sd: dict) -> None:
         self.prior = {k: sd[k] for k in ("wall_seconds", "cpu_seconds", "energy_kwh", "energy_missing", "segments")}
         self.prior["train_flops"] = sd.get("train_flops", 0.0)
+        self.prior["extra_flops"] = dict(sd.get("extra_flops", {}))
         self.eval_passes, self.forecast = sd.get("eval_passes", 0), sd.get("forecast")
+        # eval passes of earlier segments, at their own rates (older checkpoints: counted at this one's)
+        self.prior["eval_flops"] = sd.get("eval_flops", 0.0)
+        if "eval_flops" in sd:
+            self._passes0 = self.eval_passes
 
 
 def _no_energy(setting: str) -> dict:
