@@ -150,8 +150,11 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     es = cfg.early_stopping
     if es.enabled and bundle.val is None:
         raise ConfigError("early_stopping.enabled: needs a validation split (data.val_split > 0 or val data)")
-    cbs: list[Callback] = [DivergenceGuard(cfg.divergence.action, cfg.divergence.max_skips, cfg.divergence.check_every),
-                           BestTracker(es.monitor, es.mode, es.min_delta)]
+    from ecotrain.callbacks.divergence import roll_back
+
+    guard = DivergenceGuard.from_config(cfg.divergence, dist.world_size,  # rollback: the run's own resume code
+                                        rollback=lambda st: roll_back(st, cb_list, augment, manager))
+    cbs: list[Callback] = [guard, BestTracker(es.monitor, es.mode, es.min_delta)]
     if es.enabled:
         cbs.append(EarlyStopping(es.patience))
     ledger = None

@@ -115,9 +115,16 @@ class EarlyStoppingConfig(_Section):
 
 
 class DivergenceConfig(_Section):
-    action: Literal["stop", "skip"] = "stop"
+    """What a diverging step (a non-finite loss or gradient, or a loss spike) does: stop the run, skip
+    the step, or roll back to the last good checkpoint with a lower LR (docs/reliability.md)."""
+
+    action: Literal["stop", "skip", "rollback"] = "stop"
     max_skips: int = Field(10, ge=0)  # skip mode: stop after this many non-finite steps
     check_every: int = Field(1, gt=0)  # >1 avoids a host sync per step on GPUs
+    check_grads: bool = False  # one process: also check the gradients (a NaN gradient under a finite loss)
+    spike_factor: Optional[float] = Field(None, gt=1)  # a loss above this x its running mean diverges too
+    max_rollbacks: int = Field(3, ge=0)  # rollback mode: stop after this many rollbacks
+    rollback_lr_factor: float = Field(0.5, gt=0, le=1)  # each rollback multiplies the LR by this
 
 
 class CheckpointConfig(_Section):
@@ -325,6 +332,13 @@ class Config(_Section):
         energy = [k for k in spent if k in ("max_energy_kwh", "max_co2e_kg")]
         if energy and self.ledger.energy == "off":
             raise ValueError(f"budget.{energy[0]} needs energy measurement (ledger.energy=codecarbon)")
+        return self
+
+    @model_validator(mode="after")
+    def _rollback_needs_checkpoints(self) -> "Config":
+        if self.divergence.action == "rollback" and not (self.checkpoint.every_n_steps or self.checkpoint.every_epoch):
+            raise ValueError("divergence.action=rollback needs checkpoints to roll back to: set "
+                             "checkpoint.every_n_steps (or checkpoint.every_epoch)")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,6 +39,7 @@ class Summary:
     last_checkpoint: Optional[str]
     oom_recoveries: int  # Counters, summed over segments
     skipped_nonfinite_steps: int
+    rollbacks: int = 0  # divergence.action=rollback: reloads of the last good checkpoint
     micro_batches: Optional[int] = None  # the micro-batch count OOM recovery settled on
     fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
@@ -107,7 +108,7 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         best_val_metric=state.best_metric, best_step=state.best_step, monitor=cfg.early_stopping.monitor,
         dataset_hash=run.bundle.content_hash, versions=versions(), device=str(state.device),
         world_size=state.dist.world_size, last_checkpoint=state.last_checkpoint,
-        oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps,
+        oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps, rollbacks=c.rollbacks,
         micro_batches=c.micro_batches,
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),

@@ -78,6 +78,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     state.segment_start = time.perf_counter()
     try:
         while not state.should_stop:
+            state.rewound = False
             if cfg.max_steps and state.step >= cfg.max_steps:  # checked first: a resumed run may be done
                 state.stop("max_steps")
                 break
@@ -113,7 +114,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                 if cfg.max_steps and state.step >= cfg.max_steps:
                     state.stop("max_steps")
                 cbs.on_step_end(state)  # after the step's log and eval: a checkpoint here is complete
-                if state.should_stop:
+                if state.should_stop or state.rewound:  # rewound: read the batches from the restored position
                     break
             else:  # the epoch ran to its end
                 state.epoch += 1

@@ -27,6 +27,7 @@ class Counters:
     oom_recoveries: int = 0  # memory.recover_from_oom
     micro_batches: Optional[int] = None  # raised by OOM recovery; None: loop.accumulate
     skipped_nonfinite_steps: int = 0  # DivergenceGuard, action=skip
+    rollbacks: int = 0  # DivergenceGuard, action=rollback
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +63,7 @@ class TrainState:
     should_stop: bool = False
     stopped_because: Optional[str] = None
     skip_step: bool = False
+    rewound: bool = False  # a rollback moved the position back: the loop restarts its batch iterator
 
     # the latest numbers
     loss: Optional[torch.Tensor] = None  # this step's loss, detached, on device (no sync)
