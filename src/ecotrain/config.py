@@ -287,8 +287,98 @@ class FinetuneConfig(_Section):
     lr_multipliers: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
 
+class DedupConfig(_Section):
+    """methods/dedup.py: drop exact and near-duplicate training samples (docs/efficiency.md)."""
+
+    name: Literal["dedup"]
+    near: bool = True  # also near-duplicates (same near key); false: exact copies only
+    points: int = Field(16, gt=0)  # near key: the z-normalised sample averaged down to this many points,
+    step: float = Field(0.25, gt=0)  # ... rounded to this grid (in standard deviations of the sample)
+
+
+class CurriculumConfig(_Section):
+    """methods/curriculum.py: the first epochs ordered easy to hard by a per-sample score."""
+
+    name: Literal["curriculum"]
+    score: Literal["loss", "file"] = "loss"  # loss: each sample's loss under `reference`; file: `path`
+    reference: Optional[str] = None  # score loss: a run folder or checkpoint folder (a trained model)
+    path: Optional[str] = None  # score file: a .npy with one score per train sample (after dedup)
+    epochs: int = Field(1, gt=0)  # epochs ordered easy to hard; later ones: the plain seeded shuffle
+    window: int = Field(4, gt=0)  # batches shuffled together inside the easy-to-hard order
+    count_reference: bool = True  # add the reference run's own training FLOPs (its ledger.json) to this run
+
+    @model_validator(mode="after")
+    def _source(self) -> "CurriculumConfig":
+        if self.score == "loss" and not self.reference:
+            raise ValueError("score loss needs reference: a trained run folder (or use score: file with path)")
+        if self.score == "file" and not self.path:
+            raise ValueError("score file needs path: a .npy of one score per train sample")
+        return self
+
+
+class SelectiveBackpropConfig(_Section):
+    """methods/selective.py: forward the whole batch, backpropagate only its highest-loss samples."""
+
+    name: Literal["selective_backprop"]
+    keep: float = Field(0.5, gt=0, le=1)  # fraction of each effective batch that is backpropagated
+    start_step: int = Field(0, ge=0)  # full backprop before this step
+
+
+class ProgressiveResizeConfig(_Section):
+    """methods/resize.py: shorter (downsampled or cropped) inputs early in training."""
+
+    name: Literal["progressive_resize"]
+    scales: list[Annotated[float, Field(gt=0, lt=1)]] = Field(default_factory=lambda: [0.5, 0.75], min_length=1)
+    until: list[Annotated[float, Field(gt=0, lt=1)]] = Field(default_factory=lambda: [0.25, 0.5], min_length=1)
+    mode: Literal["auto", "downsample", "crop"] = "auto"  # auto: crop token sequences, downsample signals
+
+    @model_validator(mode="after")
+    def _stages(self) -> "ProgressiveResizeConfig":
+        if len(self.scales) != len(self.until):
+            raise ValueError(f"scales ({len(self.scales)}) and until ({len(self.until)}) need one entry per stage")
+        if any(b <= a for a, b in zip(self.until, self.until[1:])):
+            raise ValueError("until: stage ends (fractions of the planned steps) must increase")
+        return self
+
+
+class BatchRampConfig(_Section):
+    """methods/batch_ramp.py: small batches first, up to data.batch_size, with an explicit LR rule."""
+
+    name: Literal["batch_ramp"]
+    lr_scaling: Literal["none", "linear", "sqrt"]  # lr x (batch / data.batch_size)^(0 | 1 | 1/2); no default
+    start: float = Field(0.25, gt=0, lt=1)  # the first batch size, as a fraction of data.batch_size
+    steps: int = Field(500, gt=0)  # optimizer steps until the full batch size
+    stages: int = Field(3, gt=0)  # distinct smaller sizes on the way (each change re-measures FLOPs)
+
+
+class LateFreezeConfig(_Section):
+    """methods/late_freeze.py: freeze the first layers for the last part of training."""
+
+    name: Literal["late_freeze"]
+    freeze: list[str] = Field(default_factory=list)  # parameter-name globs, as finetune's
+    freeze_depth: int = Field(0, ge=0)  # or the first N top-level children that hold parameters
+    at: float = Field(0.75, gt=0, lt=1)  # when, as a fraction of the planned steps
+
+    @model_validator(mode="after")
+    def _what(self) -> "LateFreezeConfig":
+        if not self.freeze and not self.freeze_depth:
+            raise ValueError("say what to freeze: freeze: [globs] or freeze_depth: N")
+        return self
+
+
+class StabilityStopConfig(_Section):
+    """methods/stability.py: stop once the validation metric has stopped moving."""
+
+    name: Literal["stability_stop"]
+    monitor: str = "val_loss"
+    window: int = Field(5, ge=2)  # the last N evaluations
+    tolerance: float = Field(0.005, gt=0)  # stable: (max - min) over the window <= tolerance x |mean|
+    min_steps: int = Field(0, ge=0)  # never before this step
+
+
 # One entry per method module under methods/; `name` picks the class (a discriminated union).
-MethodConfig = Annotated[Union[EmaConfig, BatchNormConfig, FinetuneConfig], Field(discriminator="name")]
+MethodConfig = Annotated[Union[EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
+                                     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig], Field(discriminator="name")]
 
 
 class Config(_Section):

@@ -43,6 +43,7 @@ def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
 def train_step(state, x, y, cbs) -> None:
     model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
     n_micro = state.counters.micro_batches or loop_cfg.accumulate  # raised by OOM recovery
+    x, y = state.objective.prepare(state, x, y)  # methods' batch changes (resize, selective backprop)
     try:
         loss_sum = backward_micro_batches(state, x, y, n_micro)
     except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)

@@ -1,4 +1,11 @@
-"""The Objective: the task's loss plus every method's named loss terms, normalised once.
+"""The Objective: the effective batch as a step trains on it, then the task's loss plus every
+method's named loss terms, normalised once.
+
+`prepare` runs the methods' `prepare_batch(x, y, state) -> (x, y)` on the whole effective batch,
+before it is cut into micro-batches (progressive resizing shortens the inputs; selective backprop
+keeps the high-loss samples). A method opts in by defining `prepare_batch`; the loop calls it from
+one visible line in `train_step`, inside the ledger's measured step, so a scoring forward pass is
+counted. What is kept is then accumulated exactly as one big batch.
 
 Each term, like the task loss, is a mean over the micro-batch's units, so one scale factor (the
 micro-batch's share of the effective batch's units) keeps accumulation exactly one big batch
@@ -8,6 +15,7 @@ once per step, whatever the number of micro-batches.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -19,6 +27,15 @@ class Objective:
     def __init__(self, task, methods):
         self.task, self.methods = task, methods
         self.has_terms = methods.has_loss_terms
+        # a method may weight the task loss (distillation: 1 - alpha); the product of every `task_weight`
+        self.task_weight = math.prod(float(getattr(m, "task_weight", 1.0)) for m in getattr(methods, "methods", ()))
+        self.batch_methods = [m for m in getattr(methods, "methods", ()) if callable(getattr(m, "prepare_batch", None))]
+
+    def prepare(self, state, x, y):
+        """The effective batch after the methods' `prepare_batch`, in config order."""
+        for m in self.batch_methods:
+            x, y = m.prepare_batch(x, y, state)
+        return x, y
 
     def __call__(self, model, x, y, total_units: Optional[int], state) -> tuple[torch.Tensor, Optional[dict]]:
         """(loss to backpropagate, {term: detached value} or None). `total_units` None: this
@@ -29,6 +46,8 @@ class Objective:
             return loss, None
         terms = self.methods.loss_terms((x, y), out, state)
         share = 1.0 if total_units is None else self.task.units(y) / total_units
+        if self.task_weight != 1.0:
+            loss = loss * self.task_weight
         parts = {"task": loss.detach()}
         for name, t in terms.items():
             loss = loss + t * share

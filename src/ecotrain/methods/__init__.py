@@ -23,7 +23,44 @@ def _finetune(m, run):
     return FineTune(m, run.optim)  # its groups need optim.lr and optim.weight_decay
 
 
-BUILDERS = {"ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune}
+def _dedup(m, run):
+    from ecotrain.methods.dedup import Dedup
+    return Dedup(m)
+
+
+def _curriculum(m, run):
+    from ecotrain.methods.curriculum import Curriculum
+    return Curriculum(m)
+
+
+def _selective(m, run):
+    from ecotrain.methods.selective import SelectiveBackprop
+    return SelectiveBackprop(m)
+
+
+def _resize(m, run):
+    from ecotrain.methods.resize import ProgressiveResize
+    return ProgressiveResize(m)
+
+
+def _batch_ramp(m, run):
+    from ecotrain.methods.batch_ramp import BatchRamp
+    return BatchRamp(m, run)  # the full batch size, the step budget, the strategy
+
+
+def _late_freeze(m, run):
+    from ecotrain.methods.late_freeze import LateFreeze
+    return LateFreeze(m, run)
+
+
+def _stability(m, run):
+    from ecotrain.methods.stability import StabilityStop
+    return StabilityStop(m)
+
+
+BUILDERS = {"ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
+            "selective_backprop": _selective, "progressive_resize": _resize, "batch_ramp": _batch_ramp,
+            "late_freeze": _late_freeze, "stability_stop": _stability}
 
 
 def build_methods(cfg, extra=()) -> Methods:
