@@ -127,7 +127,7 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
 
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
     sampler = build_sampler(len(bundle.train), lengths, cfg.data.batch_size * cfg.loop.accumulate, cfg.seed,
-                            cfg.data.bucketing)
+                            cfg.data.bucketing, bundle.extra.get("blocks"), cfg.data.shuffle_window)
     facts = {}
     if lengths is not None:
         facts["padding_ratio"] = round(padding_ratio(sampler.batches(0), lengths), 4)  # epoch 0's batches

@@ -47,12 +47,30 @@ class DataConfig(_Section):
     target: str = "label"  # csv label column
     kwargs: dict[str, Any] = Field(default_factory=dict)  # for an import-path Dataset
     num_samples: int = Field(5000, gt=0)  # mnist1d only; at least MIN_MNIST1D_SAMPLES
+    # the classifier's output size when the data holds only some classes (a continual task: labels 2 and 3
+    # of a 10-way head); None: the largest label + 1. Labels at or above it are refused.
+    num_classes: Optional[int] = Field(None, ge=2)
     batch_size: int = Field(100, gt=0)
     val_split: float = Field(0.1, ge=0, lt=1)
     test_split: float = Field(0.2, ge=0, lt=1)  # when the source has no test set of its own
     stratify: bool = True
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     bucketing: bool = False  # variable-length sequences (data.name=text, mode: paragraphs): batch similar lengths
+    # hf:PATH / parquet:PATH (docs/data.md): feature columns (None: every column but data.target)
+    features: Optional[list[str]] = None
+    shuffle_window: int = Field(4096, gt=0)  # parquet:PATH: rows shuffled together after the seeded shard order
+    # loader workers (data/loader.py): 0 reads batches in the training process (the fast path for in-memory data)
+    workers: int = Field(0, ge=0)
+    prefetch: int = Field(2, gt=0)  # batches each worker prepares ahead
+    pin_memory: bool = False  # page-locked batches for faster host-to-GPU copies (CUDA only)
+    persistent_workers: bool = False  # keep workers across epochs and evaluations
+    input_bound_share: float = Field(0.3, gt=0, le=1)  # warn when the loop waits for data more than this share
+
+    @model_validator(mode="after")
+    def _workers_options(self) -> "DataConfig":
+        if self.persistent_workers and self.workers == 0:
+            raise ValueError("persistent_workers needs data.workers > 0")
+        return self
 
     @field_validator("num_samples")
     @classmethod
@@ -376,9 +394,105 @@ class StabilityStopConfig(_Section):
     min_steps: int = Field(0, ge=0)  # never before this step
 
 
+class DistillConfig(_Section):
+    """methods/distill.py: train this (smaller) model on a teacher's soft targets (docs/efficiency.md)."""
+
+    name: Literal["distill"]
+    teacher: str = Field(description="the teacher: a run folder, a checkpoint folder or a .safetensors file")
+    teacher_model: Optional[ModelConfig] = None  # the teacher's model section; default: its run's config.yaml
+    alpha: float = Field(0.5, ge=0, le=1)  # loss = alpha * KD + (1 - alpha) * task loss
+    temperature: float = Field(2.0, gt=0)
+    cache: bool = True  # the teacher's logits over the train set once (a one-off pass in the ledger)
+    count_teacher: bool = True  # add the teacher's own training FLOPs (its ledger.json) to this run's
+
+
+class PruneConfig(_Section):
+    """methods/prune.py: magnitude pruning on a gradual schedule; structured pruning shrinks the layers."""
+
+    name: Literal["prune"]
+    kind: Literal["unstructured", "structured"] = "unstructured"
+    amount: float = Field(0.5, gt=0, lt=1)  # the final fraction of weights (unstructured) or channels (structured)
+    scope: Literal["global", "layer"] = "global"  # unstructured: one magnitude threshold for all layers, or each its own
+    norm: Literal[1, 2] = 1  # structured: channels ranked by the L1 or L2 norm of their weights
+    start_step: int = Field(0, ge=0)
+    end_step: Optional[int] = Field(None, gt=0)  # the final amount is reached here; None: half the planned steps
+    every: int = Field(10, gt=0)  # steps between pruning stages
+    schedule: Literal["cubic", "linear"] = "cubic"  # cubic (Zhu & Gupta 2017): prune fast early, gently late
+    modules: list[str] = Field(default_factory=list)  # module-name globs; empty: every Conv1d/Linear (but the head)
+
+    @model_validator(mode="after")
+    def _steps(self) -> "PruneConfig":
+        if self.end_step is not None and self.end_step <= self.start_step:
+            raise ValueError(f"end_step ({self.end_step}) must be after start_step ({self.start_step})")
+        return self
+
+
+class QatConfig(_Section):
+    """methods/qat.py: quantization-aware training with torchao (the `qat` extra); nn.Linear layers only."""
+
+    name: Literal["qat"]
+    weight_dtype: Literal["int8", "int4"] = "int8"  # activations: int8, dynamic, per token
+    group_size: Optional[int] = Field(None, gt=0)  # weight scales per group of inputs; None: one per output row
+    modules: list[str] = Field(default_factory=list)  # module-name globs; empty: every nn.Linear
+
+
+class _FromSection(_Section):
+    # `from` is a Python keyword: the field is `from_`, read and written as `from`
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, populate_by_name=True,
+                              serialize_by_alias=True)
+
+
+class ReplayConfig(_FromSection):
+    """methods/replay.py: a bounded buffer of past examples, replayed in every step (docs/continual.md)."""
+
+    name: Literal["replay"]
+    size: int = Field(500, gt=0)  # examples kept, at most
+    ratio: float = Field(0.2, gt=0, lt=1)  # replay rows' share of each step's rows (0.2: 80% new, 20% replay)
+    weight: float = Field(1.0, ge=0)  # lambda: loss = CE(new) + lambda * CE(replay)
+    selection: Literal["balanced", "reservoir"] = "balanced"  # class-balanced, or a uniform sample of the stream
+    hard_weight: float = Field(1.0, ge=1)  # loss weight of kept examples the model gets wrong (1: off)
+    rare_weight: bool = False  # loss weight median/count for classes rarer than the median (at most 10)
+    from_: Optional[str] = Field(None, alias="from")  # the previous version's buffer: run folder or .safetensors
+
+
+class EwcConfig(_FromSection):
+    """methods/ewc.py: elastic weight consolidation, beta * sum F (theta - theta_old)^2 (docs/continual.md)."""
+
+    name: Literal["ewc"]
+    beta: float = Field(100.0, ge=0)
+    gamma: float = Field(1.0, gt=0, le=1)  # online EWC: the previous Fisher's decay when this version's is added
+    samples: int = Field(1000, gt=0)  # training examples the Fisher is estimated on (a seeded subset)
+    fisher: Literal["empirical", "expected"] = "empirical"  # grads of log p(label), or E over the model's classes
+    from_: Optional[str] = Field(None, alias="from")  # the previous version's Fisher/theta: run folder or .safetensors
+
+
+class LwfConfig(_Section):
+    """methods/lwf.py: learning without forgetting, KL to the previous version's outputs (docs/continual.md)."""
+
+    name: Literal["lwf"]
+    teacher: Optional[str] = None  # the previous version: run folder or model.safetensors; None: the term is off
+    alpha: float = Field(1.0, ge=0)
+    temperature: float = Field(2.0, gt=0)
+    on_replay: bool = True  # also distil on the replay rows when methods.replay is on
+
+
+class AdaptersConfig(_FromSection):
+    """methods/adapters.py: LoRA adapters through PEFT on a frozen backbone (the `adapters` extra)."""
+
+    name: Literal["adapters"]
+    target_modules: list[str] = Field(min_length=1)  # module names (PEFT matches name suffixes), Linear or Conv1d
+    r: int = Field(8, gt=0)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    train_modules: list[str] = Field(default_factory=list)  # trained in full beside the adapters (a new head)
+    merge: bool = False  # fold the adapters into the weights at the end: model.safetensors is a plain model
+    from_: Optional[str] = Field(None, alias="from")  # continue from a PEFT adapter folder (RUN/adapter)
+
+
 # One entry per method module under methods/; `name` picks the class (a discriminated union).
-MethodConfig = Annotated[Union[EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
-                                     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig], Field(discriminator="name")]
+MethodConfig = Annotated[Union[ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
+                                     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig,
+                                     DistillConfig, PruneConfig, QatConfig], Field(discriminator="name")]
 
 
 class Config(_Section):
@@ -435,6 +549,19 @@ class Config(_Section):
         return self.model_dump(mode="json")
 
 
+# every character str.splitlines breaks at: a key or value holding one must not split the error line
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_LINE_BREAKS)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _format(err: ValidationError, source: str) -> str:
     e = err.errors()[0]
     key = ".".join(str(p) for p in e["loc"]) or "(top level)"
@@ -443,9 +570,9 @@ def _format(err: ValidationError, source: str) -> str:
     else:
         msg = e["msg"].removeprefix("Value error, ")
         if "input" in e and not isinstance(e["input"], dict):
-            msg += f" (got {e['input']!r})"
+            msg += f" (got {_short(e['input'])})"
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{source}: config key '{key}': {msg}{more}"
+    return _one_line(f"{source}: config key '{key}': {msg}{more}")
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -454,7 +581,7 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     for p in parts[:-1]:
         child = node.setdefault(p, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{dotted}': '{p}' is not a section")
+            raise ConfigError(_one_line(f"override '{dotted}': '{p}' is not a section"))
         node = child
     node[parts[-1]] = value
 
@@ -465,11 +592,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override '{item}': expected key.sub=value")
+            raise ConfigError(_one_line(f"override '{item}': expected key.sub=value"))
+        if not all(part.strip() for part in key.split(".")):
+            raise ConfigError(_one_line(f"override '{item}': an empty key part in '{key}'; expected key.sub=value"))
         try:
             value = yaml.safe_load(raw) if raw != "" else None
-        except yaml.YAMLError:
-            value = raw
+        except (yaml.YAMLError, ValueError, RecursionError):  # PyYAML: a bad date is a ValueError; deep nesting
+            value = raw  # taken as the string it is
         _set_dotted(tree, key.strip(), value)
     return tree
 
@@ -511,6 +640,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             where = getattr(exc, "problem_mark", None)
             line = f" line {where.line + 1}" if where else ""
             raise ConfigError(f"{p}:{line} not valid YAML") from None
+        except ValueError as exc:  # PyYAML builds dates with datetime: `2001-02-30` raises here
+            raise ConfigError(_one_line(f"{p}: not valid YAML: {exc}")) from None
+        except RecursionError:
+            raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
         if tree is None:
             raise ConfigError(f"{p}: the recipe is empty; put in it the keys to set, e.g. 'data: {{name: digits}}' "
                               "and 'model: {name: mlp}' (an empty mapping '{}' takes every default)")

@@ -43,6 +43,8 @@ class Summary:
     micro_batches: Optional[int] = None  # the micro-batch count OOM recovery settled on
     fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
+    samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
+    data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     methods: dict = field(default_factory=dict)  # each method's own figures, by key
     metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
 
@@ -112,6 +114,8 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         micro_batches=c.micro_batches,
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),
+        samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
+        data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
 
 

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ecotrain.data.loader import Feed
 from ecotrain.memory import recover_from_oom
 
 
@@ -77,6 +78,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     gc.freeze()  # set-up objects (modules, imports) leave the GC's scans until the loop ends
     gc.disable()  # tensors die by refcount; automatic collections mid-step cost ~5% on small models
     state.segment_start = time.perf_counter()
+    feed = Feed(state, sampler, source)
     try:
         while not state.should_stop:
             state.rewound = False
@@ -88,9 +90,8 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                 break
             cbs.on_epoch_start(state)
             set_train_mode(state)
-            for idx in sampler.batches(state.epoch, state.batch_in_epoch):
+            for idx, x, y in feed.epoch(state.epoch, state.batch_in_epoch):  # data/loader.py: in-process or workers
                 cbs.on_step_start(state)
-                x, y = source.take(idx)
                 if augment:
                     x = augment(x)
                 if to_device:
@@ -127,7 +128,8 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                     set_train_mode(state)
                     cbs.on_eval_end(state, record)
                 cbs.on_epoch_end(state)
-    finally:  # a raising step must not leave the process without its garbage collector
+    finally:  # a raising step must not leave the process without its garbage collector, nor its workers
+        feed.close()
         state.train_seconds, state.segment_start = state.elapsed(), None
         gc.unfreeze()
         if gc_was_enabled:

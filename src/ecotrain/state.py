@@ -27,6 +27,7 @@ class Counters:
     oom_recoveries: int = 0  # memory.recover_from_oom
     micro_batches: Optional[int] = None  # raised by OOM recovery; None: loop.accumulate
     skipped_nonfinite_steps: int = 0  # DivergenceGuard, action=skip
+    data_wait_seconds: float = 0.0  # data/loader.py Feed: the loop's time waiting for batches
     rollbacks: int = 0  # DivergenceGuard, action=rollback
 
     def state_dict(self) -> dict:

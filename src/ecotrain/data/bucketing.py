@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from ecotrain.data.sampler import EpochSampler
+from ecotrain.data.sampler import EpochSampler, WindowSampler
 from ecotrain.errors import ConfigError
 
 
@@ -52,7 +52,11 @@ def padding_ratio(batches: Iterable[torch.Tensor], lengths: torch.Tensor) -> flo
     return pad / total if total else 0.0
 
 
-def build_sampler(n: int, lengths: Optional[torch.Tensor], batch_size: int, seed: int, bucketing: bool):
+def build_sampler(n: int, lengths: Optional[torch.Tensor], batch_size: int, seed: int, bucketing: bool,
+                  blocks: Optional[list[int]] = None, window: int = 4096):
+    """`blocks`: a streamed source's rows per shard (bundle.extra["blocks"]): shard order + windows."""
+    if blocks is not None and not bucketing:
+        return WindowSampler(blocks, batch_size, seed, window)
     if not bucketing:
         return EpochSampler(n, batch_size, seed)
     if lengths is None:

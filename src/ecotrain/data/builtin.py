@@ -285,6 +285,7 @@ def load_data(cfg: Config) -> DataBundle:
         from ecotrain.data.text import load_text
 
         return load_text(cfg)
+    own_val = None
     if name in BUILTIN:
         try:
             (x, y), test, num_classes = BUILTIN[name](cfg)
@@ -299,9 +300,21 @@ def load_data(cfg: Config) -> DataBundle:
         base = ArraySource(x, y)
         num_classes = num_classes or int(y.max()) + 1
         test_src = ArraySource(*test) if test is not None else None
+    elif name.startswith(("hf:", "parquet:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
+        base, own_val, test_src, num_classes = _on_disk(cfg)
+        num_classes = num_classes or int(base.labels().max()) + 1
+        check_labels(base.labels(), f"data.name={name}", num_classes)
     else:
         (base, num_classes), test_src = _user_dataset(cfg), None
+    if cfg.data.num_classes is not None:  # a head wider than the labels present (a continual task)
+        for split, what in ((base, "train"), (test_src, "test")):
+            if split is not None:
+                check_labels(split.labels(), f"data.num_classes={cfg.data.num_classes}: the {what} data", cfg.data.num_classes)
+        num_classes = cfg.data.num_classes
     labels = base.labels()
+    if own_val is not None:  # the dataset's own validation split
+        x0, _ = base.take(torch.tensor([0]))
+        return DataBundle(base, own_val, test_src, num_classes, tuple(x0.shape[1:]), extra=_stream_extra(base))
     if test_src is None and cfg.data.test_split > 0:
         keep, held = stratified_split(labels, cfg.data.test_split, cfg.seed + 1, cfg.data.stratify)
         if len(keep) == 0:
@@ -319,4 +332,32 @@ def load_data(cfg: Config) -> DataBundle:
     val = subset(base, held) if len(held) else None
     train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
-    return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]))
+    return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]), extra=_stream_extra(train))
+
+
+def _on_disk(cfg: Config):
+    """(train, its own validation split or None, test or None, num_classes or None)."""
+    kind, _, path = cfg.data.name.partition(":")
+    if not path:
+        raise DataError(f"data.name: '{cfg.data.name}' needs a path: {kind}:FOLDER")
+    if kind == "hf":
+        from ecotrain.data.hf import load_hf
+
+        return load_hf(path, cfg.data)
+    from ecotrain.data.shards import load_parquet
+
+    src, _ = load_parquet(path, cfg.data)
+    return src, None, None, None
+
+
+def _stream_extra(train) -> dict:
+    """A streamed source's train rows per shard (`blocks`), for the sampler's shard order."""
+    from ecotrain.data.sources import Subset
+
+    rows, src = None, train
+    while isinstance(src, Subset):  # compose the split indices down to the shards' own row ids
+        rows = src.indices if rows is None else src.indices[rows]
+        src = src.base
+    if not hasattr(src, "shard_sizes"):
+        return {}
+    return {"blocks": src.shard_sizes(rows if rows is not None else torch.arange(len(src)))}

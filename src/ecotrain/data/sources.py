@@ -1,19 +1,62 @@
 """What the loop reads from: a `Source` returns a whole batch `(x, y)` for a tensor of indices.
 
 In-memory arrays take the fast path (`x[idx]`, no per-sample Python); any map-style
-`torch.utils.data.Dataset` works through `MapSource` with `default_collate`.
+`torch.utils.data.Dataset` works through `MapSource` with `default_collate`. While the loader
+fetches a training batch (`item_seeds`), each item of a user Dataset is read with the global
+generators seeded by (seed, epoch, sample index): random augmentation in `__getitem__` is then the
+same in the training process and in any loader worker, whichever worker reads the item.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import random
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
 from ecotrain.errors import DataError
+
+_item_key: Optional[tuple[int, int]] = None  # (seed, epoch) while a training batch is fetched
+
+
+@contextlib.contextmanager
+def item_seeds(seed: int, epoch: int):
+    """Within this block, `MapSource.take` seeds each item by (seed, epoch, index)."""
+    global _item_key
+    saved, _item_key = _item_key, (seed, epoch)
+    try:
+        yield
+    finally:
+        _item_key = saved
+
+
+def item_seed(seed: int, epoch: int, index: int) -> int:
+    """A 63-bit seed that differs for every (seed, epoch, index): splitmix64's constants."""
+    return ((seed * 0x9E3779B97F4A7C15) ^ (epoch * 0xBF58476D1CE4E5B9) ^ (index * 0x94D049BB133111EB)) & (2**63 - 1)
+
+
+def _seeded_items(ds, indices: list[int], seed: int, epoch: int) -> list:
+    """`[ds[i] for i in indices]`, torch's CPU, NumPy's and Python's global generators seeded per
+    item, and given back afterwards (the training process's dropout must not see the reseeding)."""
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        out = []
+        for i in indices:
+            s = item_seed(seed, epoch, i)
+            torch.default_generator.manual_seed(s)  # not torch.manual_seed: that reseeds CUDA too
+            np.random.seed(s & 0xFFFFFFFF)
+            random.seed(s)
+            out.append(ds[i])
+        return out
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
 
 
 class Source(Protocol):
@@ -53,7 +96,9 @@ class MapSource:
         return len(self.ds)  # type: ignore[arg-type]
 
     def take(self, idx):
-        return default_collate([self.ds[i] for i in idx.tolist()])
+        if _item_key is None:
+            return default_collate([self.ds[i] for i in idx.tolist()])
+        return default_collate(_seeded_items(self.ds, idx.tolist(), *_item_key))
 
     def labels(self):
         if self._labels is None:

@@ -1,0 +1,198 @@
+"""The loop's batch feed: the sampler's index batches turned into `(idx, x, y)`, in the training
+process (`data.workers: 0`, the fast path for in-memory data) or by a `torch.utils.data.DataLoader`
+whose workers run `source.take` ahead of the loop.
+
+The DataLoader is fed the sampler's batches as its batch sampler, so the order is still a function
+of (seed, epoch) and a resume starts at the saved batch index: the position needs no loader state
+(why not torchdata's StatefulDataLoader: docs/data.md). Workers fetch a batch with the items
+seeded by (seed, epoch, sample index) (`sources.item_seeds`), so 0, 1 or 4 workers give the same
+batches. The feed also owns two figures: the seconds the loop waited for data (a `Counters`
+field, summed over resumed segments) and the throughput shown by the progress bar, with one
+"input-bound" warning when the wait is too large a share of the time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from ecotrain.data.builtin import describe
+from ecotrain.data import sources
+from ecotrain.data.sources import item_seeds
+from ecotrain.errors import DataError, EcotrainError
+from ecotrain.log import log
+
+WINDOW_BATCHES = 64  # batches per throughput window (progress bar, input-bound check)
+WARMUP_WINDOWS = 1  # the first window holds worker start-up and first reads: not judged
+
+
+class Feed:
+    def __init__(self, state, sampler, source):
+        self.state, self.sampler, self.source = state, sampler, source
+        self.cfg, self.seed = state.config.data, state.config.seed
+        self.loader = None
+        self._iter = None
+        self._batches = _EpochBatches(sampler, self.seed)
+        self._window = [time.perf_counter(), 0.0, 0, 0]  # start, wait, samples, batches
+        self._windows = 0
+        self.warned = False
+
+    def epoch(self, epoch: int, start: int):
+        """`(idx, x, y)` for batches `start, start+1, ...` of `epoch`."""
+        if self.cfg.workers == 0:
+            return self._inline(epoch, start)
+        return self._workers(epoch, start)
+
+    def _inline(self, epoch: int, start: int):
+        clock, counters, take, key = time.perf_counter, self.state.counters, self.source.take, (self.seed, epoch)
+        for idx in self.sampler.batches(epoch, start):
+            t = clock()
+            sources._item_key = key  # item_seeds() without a context manager's cost on the fast path
+            try:
+                x, y = take(idx)
+            finally:
+                sources._item_key = None
+            wait = clock() - t
+            counters.data_wait_seconds += wait
+            self._account(wait, len(idx))
+            yield idx, x, y
+
+    def _workers(self, epoch: int, start: int):
+        if self.loader is None:
+            self.loader = self._make_loader()
+        if not self.cfg.persistent_workers:
+            self._close_iter()  # a rollback or an early break left one open (persistent: iter() resets it)
+        self._batches.epoch, self._batches.start = epoch, start
+        clock, counters = time.perf_counter, self.state.counters
+        self._iter = it = iter(self.loader)
+        try:
+            while True:
+                t = clock()
+                try:
+                    idx, x, y = next(it)
+                except StopIteration:
+                    return
+                except EcotrainError:
+                    raise
+                except Exception as exc:  # the worker's exception, re-raised with its traceback as text
+                    raise DataError(f"data: a loader worker failed reading a batch of epoch {epoch}: "
+                                    f"{_last_line(exc)}") from None
+                wait = clock() - t
+                counters.data_wait_seconds += wait
+                self._account(wait, len(idx))
+                yield idx, x, y
+        finally:
+            if not self.cfg.persistent_workers:
+                self._close_iter()
+
+    def _make_loader(self):
+        cfg, device = self.cfg, self.state.device
+        return torch.utils.data.DataLoader(
+            _TakeBatch(self.source, self.seed), batch_sampler=self._batches, collate_fn=_identity,
+            num_workers=cfg.workers, prefetch_factor=cfg.prefetch, persistent_workers=cfg.persistent_workers,
+            pin_memory=cfg.pin_memory and device.type == "cuda", worker_init_fn=_worker_init,
+            generator=torch.Generator().manual_seed(self.seed))  # else the loader draws its seed from the global RNG
+
+    def _account(self, wait: float, samples: int) -> None:
+        w = self._window
+        w[1] += wait
+        w[2] += samples
+        w[3] += 1
+        if w[3] < WINDOW_BATCHES:
+            return
+        now = time.perf_counter()
+        secs = max(now - w[0], 1e-9)
+        share, rate = w[1] / secs, w[2] / secs
+        self._windows += 1
+        self.state.progress_fields["data"] = f"{rate:,.0f} samples/s, wait {share:.0%}"
+        if self._windows > WARMUP_WINDOWS and share > self.cfg.input_bound_share and not self.warned:
+            self.warned = True
+            log.warning(f"input-bound: the loop waited for data {share:.0%} of the last {w[3]} steps "
+                        f"(data.input_bound_share {self.cfg.input_bound_share:.0%}); raise data.workers "
+                        f"(now {self.cfg.workers})")
+        self._window = [now, 0.0, 0, 0]
+
+    def _close_iter(self) -> None:
+        it, self._iter = self._iter, None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()  # joins the workers now, not whenever the iterator is collected
+
+    def close(self) -> None:
+        """Stop every worker (end of training, preemption, an error)."""
+        self._close_iter()
+        if self.loader is not None:
+            self.loader = None  # persistent workers: their iterator was the one closed above
+
+
+class _EpochBatches:
+    """The DataLoader's batch sampler: the sampler's batches of `epoch` from `start`, tagged with
+    the epoch so that a worker seeds the items by it; set before each `iter(loader)`."""
+
+    def __init__(self, sampler, seed: int):
+        self.sampler, self.epoch, self.start = sampler, 0, 0
+
+    def __len__(self) -> int:
+        return len(self.sampler) - self.start
+
+    def __iter__(self):
+        epoch = self.epoch
+        for idx in self.sampler.batches(epoch, self.start):
+            yield epoch, idx
+
+
+class _TakeBatch(torch.utils.data.Dataset):
+    """What a worker runs: one `source.take` per batch (`__getitems__`), items seeded by epoch."""
+
+    def __init__(self, source, seed: int):
+        self.source, self.seed = source, seed
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitems__(self, tagged):
+        epoch, idx = tagged
+        with item_seeds(self.seed, epoch):
+            x, y = self.source.take(idx)
+        return idx, x, y
+
+    def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
+        return self.__getitems__((0, torch.tensor([i])))
+
+
+def _identity(batch):
+    return batch
+
+
+def _worker_init(_worker_id: int) -> None:
+    # the training process handles SIGTERM/SIGINT (checkpoint, then shut the workers down); a worker
+    # killed by a signal sent to the whole process group would fail the loader instead
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the training process dies (SIGKILL, OOM killer), so
+    no orphan outlives it (torch's own watchdog notices only after seconds)."""
+    if not hasattr(os, "sched_getaffinity"):  # not Linux
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _last_line(exc: BaseException) -> str:
+    """A worker's exception carries the worker's traceback in its message: keep its last line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if len(lines) > 1:
+        return lines[-1][:300]
+    return describe(exc)

@@ -1,0 +1,154 @@
+"""`data.name: parquet:FOLDER`: a folder of Parquet shards, streamed, never loaded whole.
+
+Rows are numbered across the shards in file-name order. At start-up only the footers are read
+(row counts, row groups, schema: one clear line for an unreadable, truncated or empty shard, a
+missing column or a schema that changes between shards) plus the label column (for the splits
+and the class count). During training `take` decodes the row groups a batch touches and keeps
+the most recent ones: `WindowSampler` (data/sampler.py) reads the shards in a seeded order and
+shuffles rows only within windows of `data.shuffle_window` rows, so a batch touches a few row
+groups and each is decoded about once per epoch (per loader worker).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
+from ecotrain.errors import DataError
+
+
+def _open(pq, path: Path):
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True)  # checks the pages when written with CRCs
+    except TypeError:  # an older pyarrow without the option
+        return pq.ParquetFile(path)
+
+
+class ShardSource:
+    def __init__(self, folder: Path, shards: list[Path], groups: list[tuple[int, int, int]], cols: list[str],
+                 target: str, labels: torch.Tensor, digest: str, cache_groups: int):
+        self.folder, self.shards, self.cols, self.target = folder, shards, cols, target
+        self.group_shard = np.array([g[0] for g in groups], dtype=np.int64)  # shard of each row group
+        self.group_index = np.array([g[1] for g in groups], dtype=np.int64)  # its index in that shard
+        sizes = np.array([g[2] for g in groups], dtype=np.int64)
+        self.group_start = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # first global row of each group
+        self.n = int(sizes.sum())
+        shard_rows = np.bincount(self.group_shard, weights=sizes, minlength=len(shards)).astype(np.int64)
+        self.shard_start = np.concatenate([[0], np.cumsum(shard_rows)[:-1]])
+        self._labels, self.digest, self.cache_groups = labels, digest, cache_groups
+        self._files: dict = {}
+        self._pid = None
+        self._cache: OrderedDict = OrderedDict()  # row group -> (x, y), most recent last
+
+    def __len__(self) -> int:
+        return self.n
+
+    def labels(self) -> torch.Tensor:
+        return self._labels
+
+    def hash_into(self, h) -> None:
+        h.update(self.digest.encode())
+
+    def shard_sizes(self, rows: torch.Tensor) -> list[int]:
+        """How many of `rows` (sorted global row ids) fall in each shard: the sampler's blocks."""
+        shard = np.searchsorted(self.shard_start, rows.numpy(), side="right") - 1
+        return np.bincount(shard, minlength=len(self.shards)).tolist()
+
+    def take(self, idx: torch.Tensor):
+        rows = idx.numpy()
+        group = np.searchsorted(self.group_start, rows, side="right") - 1
+        x = y = None
+        for g in np.unique(group):
+            sel = np.flatnonzero(group == g)
+            gx, gy = self._group(int(g))
+            local = torch.from_numpy(rows[sel] - self.group_start[g])
+            if x is None:
+                x = gx.new_empty((len(rows), *gx.shape[1:]))
+                y = gy.new_empty((len(rows),))
+            pos = torch.from_numpy(sel)
+            x[pos], y[pos] = gx[local], gy[local]
+        return x, y
+
+    def _group(self, g: int):
+        hit = self._cache.get(g)
+        if hit is not None:
+            self._cache.move_to_end(g)
+            return hit
+        shard, index = int(self.group_shard[g]), int(self.group_index[g])
+        path = self.shards[shard]
+        try:
+            table = self._file(shard).read_row_group(index, columns=[*self.cols, self.target])
+        except OSError as exc:  # pyarrow's ArrowException is an OSError: damaged pages, a changed file
+            raise DataError(f"{path}: cannot read row group {index} ({' '.join(str(exc).split())[:200]}); "
+                            "the shard is damaged: rewrite or remove it") from None
+        where = f"{path} row group {index}"
+        out = table_xy(table, self.cols, self.target, where)
+        self._cache[g] = out
+        while len(self._cache) > self.cache_groups:
+            self._cache.popitem(last=False)
+        return out
+
+    def _file(self, shard: int):
+        if self._pid != os.getpid():  # a loader worker: its own file handles, not the parent's
+            self._files, self._pid = {}, os.getpid()
+        f = self._files.get(shard)
+        if f is None:
+            f = self._files[shard] = _open(need("pyarrow.parquet", "parquet"), self.shards[shard])
+        return f
+
+
+def load_parquet(folder: str, cfg) -> tuple[ShardSource, torch.Size]:
+    """Check every shard's footer and columns; read the labels. Returns (source, x shape)."""
+    pq = need("pyarrow.parquet", f"data.name=parquet:{folder}")
+    root = Path(folder)
+    if not root.is_dir():
+        raise DataError(f"data.name=parquet:{folder}: not a folder" + (" (give the folder of .parquet shards)"
+                                                                          if root.is_file() else ""))
+    shards = sorted(p for p in root.iterdir() if p.suffix == ".parquet" and p.is_file())
+    if not shards:
+        raise DataError(f"{root}: no .parquet shards in this folder")
+    groups, schema0, cols, labels = [], None, None, []
+    for i, path in enumerate(shards):
+        try:
+            meta = _open(pq, path).metadata
+        except Exception as exc:  # truncated (no footer), not Parquet, unreadable
+            raise DataError(f"{path}: not a readable Parquet shard ({' '.join(str(exc).split())[:200]}); "
+                            "rewrite or remove it") from None
+        if meta.num_rows == 0:
+            raise DataError(f"{path}: an empty shard (0 rows); remove it")
+        schema = meta.schema.to_arrow_schema()
+        if schema0 is None:
+            schema0 = schema
+            cols = feature_columns(schema.names, cfg.features, cfg.target, str(path))
+        elif not schema.equals(schema0):
+            raise DataError(f"{path}: schema differs from {shards[0].name}: {_schema_diff(schema0, schema)}; "
+                            "every shard must have the same columns and types")
+        groups += [(i, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        try:
+            labels.append(labels_of(pq.read_table(path, columns=[cfg.target]).column(0), cfg.target, str(path)))
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read the label column ({' '.join(str(exc).split())[:200]}); "
+                            "the shard is damaged: rewrite or remove it") from None
+    rows_per_group = max(1, min(g[2] for g in groups))
+    cache = cfg.shuffle_window // rows_per_group + 3  # the groups a window spans, and its neighbours
+    digest = fingerprint(root, shards, extra=f"parquet\0{cols}\0{cfg.target}".encode())
+    src = ShardSource(root, shards, groups, cols, cfg.target, torch.cat(labels), digest, cache)
+    x0, _ = src.take(torch.tensor([0]))
+    return src, x0.shape[1:]
+
+
+def _schema_diff(a, b) -> str:
+    for name in dict.fromkeys([*a.names, *b.names]):
+        if name not in b.names:
+            return f"column '{name}' is missing"
+        if name not in a.names:
+            return f"column '{name}' is new"
+        ta, tb = a.field(name).type, b.field(name).type
+        if ta != tb:
+            return f"column '{name}' is {tb}, there {ta}"
+    return "the column order or metadata differ"
