@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--keep-optimizer", action="store_true", help="with --init-from a checkpoint: keep its optimizer state")
     f.add_argument("--allow-config-change", action="store_true", help="resume even though the config changed (listed)")
     f.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir (its files are deleted)")
+    f.add_argument("--seeds", metavar="0,1,2", help="one run per seed in sibling folders (--run-dir D: D-s0, D-s1, ...) "
+                   "and a group file D-group.json for compare/report")
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
@@ -39,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("run_dir")
     lg.add_argument("--regions", help="comma-separated country codes, e.g. SE,FR,US,PL")
     c = sub.add_parser("compare", help="baseline vs candidate runs: cost table and verdict (exit 0 pass, 1 fail)")
-    c.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE CANDIDATE; each may be a comma list of run "
-                   "folders (seeds), e.g. a1,a2,a3 b1,b2,b3")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE CANDIDATE; each may be a group file "
+                   "(fit --seeds) or a comma list of run folders (seeds), e.g. a1,a2,a3 b1,b2,b3")
     c.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline run folders (instead of the positionals)")
     c.add_argument("--candidate", nargs="+", metavar="RUN", help="candidate run folders")
     c.add_argument("--max-accuracy-drop", type=float, default=0.01, help="absolute (default 0.01)")
@@ -83,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 # Modules with `add_commands(subparsers) -> {name: handler}`; each keeps its heavy imports inside
 # the handler, so `ecotrain --help` stays fast. One line per feature area.
 COMMAND_MODULES: list[str] = [
+    "ecotrain.lrfind",  # lr-find: the LR range test
 ]
 
 
@@ -96,6 +99,10 @@ def cmd_fit(args) -> int:
     from ecotrain.log import log
 
     cfg = load_config(args.recipe, args.overrides)
+    if getattr(args, "seeds", None):  # one run per seed, then a group file (sweep.py)
+        from ecotrain.sweep import fit_seeds
+
+        return fit_seeds(args, cfg.name, cmd_fit)
     resume, overwrite = None, args.overwrite
     if args.resume == "auto":
         if not args.run_dir:

@@ -102,5 +102,9 @@ def compare(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop
 
 
 def split_runs(items: Sequence[str] | None) -> list[str]:
-    """`["a,b", "c"]` -> `["a", "b", "c"]`: run folders given as several arguments or comma lists."""
-    return [p for item in items or () for p in item.split(",") if p]
+    """`["a,b", "c"]` -> `["a", "b", "c"]`: run folders given as several arguments or comma lists;
+    a group file (`fit --seeds` writes RUN-group.json) stands for the runs it lists."""
+    from ecotrain.sweep import is_group_file, read_group
+
+    return [r for item in items or () for p in item.split(",") if p
+            for r in (read_group(p) if is_group_file(p) else [p])]
