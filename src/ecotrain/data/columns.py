@@ -43,6 +43,8 @@ def _to_numpy(arr, name: str, where: str) -> np.ndarray:
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if isinstance(arr.type, pa.ExtensionType):  # datasets' Array2D/3D...: nested lists underneath
+        arr = arr.storage
     if arr.null_count:
         raise DataError(f"{where}: column '{name}' holds nulls; fill or drop those rows")
     rows, shape = len(arr), []

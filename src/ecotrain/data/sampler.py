@@ -68,9 +68,11 @@ class WindowSampler:
         if pos >= self.n:
             return
         buf = self._window(epoch, k, layout)[pos - k * self.window:]
-        while len(buf):
+        while True:
             while len(buf) < bs and (k + 1) * self.window < self.n:
                 k += 1
                 buf = torch.cat([buf, self._window(epoch, k, layout)])
+            if not len(buf):
+                return
             yield buf[:bs]
             buf = buf[bs:]

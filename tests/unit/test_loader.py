@@ -1,0 +1,114 @@
+"""data/loader.py: loader workers give the same batches as the training process, fail in one line,
+leave no process behind, and the feed's figures (data wait, samples/s, input-bound warning)."""
+
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ecotrain import fit
+from ecotrain.config import build_config
+from ecotrain.data.sources import MapSource, item_seeds
+from ecotrain.errors import DataError
+
+
+class Noisy(torch.utils.data.Dataset):
+    """Random augmentation from all three global generators, as user datasets do."""
+
+    def __init__(self, n=320, fail_at=None, sleep=0.0):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 12, generator=g)
+        self.y = (self.x[:, 0] > 0).long()
+        self.fail_at, self.sleep = fail_at, sleep
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        if self.fail_at is not None and torch.utils.data.get_worker_info() is not None:  # in a worker only
+            raise ValueError(f"corrupt record {self.fail_at}")
+        if self.sleep:
+            time.sleep(self.sleep)
+        noise = torch.randn(12) * 0.1 + float(np.random.uniform(-0.05, 0.05)) + random.uniform(-0.05, 0.05)
+        return self.x[i] + noise, self.y[i]
+
+
+def _cfg(workers, steps=24, **data):
+    return build_config({"seed": 5, "data": {"batch_size": 16, "workers": workers, **data},
+                         "model": {"name": "mlp", "kwargs": {"hidden": [16]}, "dropout": 0.1},
+                         "loop": {"max_steps": steps, "max_epochs": None, "log_every": 8},
+                         "logging": {"progress": "off"}, "ledger": {"enabled": False}})
+
+
+def _children() -> set[int]:
+    """Live (not zombie) child processes of this process."""
+    me, out = os.getpid(), set()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == me and stat[0] != "Z":
+                out.add(int(p.name))
+    return out
+
+
+def test_item_seeds_fix_each_item_and_leave_the_global_generators_alone():
+    src = MapSource(Noisy(40))
+    idx = torch.tensor([3, 7, 1])
+    before = torch.get_rng_state()
+    with item_seeds(1, 2):
+        a, _ = src.take(idx)
+        b, _ = src.take(idx.flip(0))
+    assert torch.equal(torch.get_rng_state(), before)  # dropout in the training process sees no reseeding
+    assert torch.equal(a, b.flip(0))  # an item's noise depends on its index, not its place in the batch
+    with item_seeds(1, 3):
+        c, _ = src.take(idx)
+    assert not torch.equal(a, c)  # a new epoch, new augmentation
+
+
+def test_zero_and_two_workers_train_bitwise_equal_weights(tmp_path):
+    weights, summaries = [], []
+    for w in (0, 2):
+        r = fit(_cfg(w, persistent_workers=w > 0), data={"train": Noisy(), "val": Noisy(48)},
+                run_dir=tmp_path / f"w{w}", quiet=True)
+        weights.append(r.model.state_dict())
+        summaries.append(r.summary)
+    assert weights[0].keys() == weights[1].keys()
+    for k in weights[0]:
+        assert torch.equal(weights[0][k], weights[1][k]), k
+    for s in summaries:
+        assert s["samples_per_second"] > 0 and 0 <= s["data_wait_share"] < 1
+    assert not _children()  # the workers are gone once fit() returns
+
+
+def test_a_failing_worker_is_one_line_and_leaves_no_process(tmp_path):
+    with pytest.raises(DataError, match=r"loader worker failed .*ValueError: corrupt record 33") as e:
+        fit(_cfg(2), data={"train": Noisy(fail_at=33), "val": Noisy(48)}, run_dir=tmp_path / "r", quiet=True)
+    assert "\n" not in str(e.value)
+    deadline = time.time() + 5
+    while _children() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _children()
+
+
+def test_input_bound_warning_names_data_workers(tmp_path, ecotrain_log, monkeypatch):
+    from ecotrain.data import loader
+
+    monkeypatch.setattr(loader, "WINDOW_BATCHES", 4)
+    r = fit(_cfg(0, steps=12), data={"train": Noisy(sleep=0.002), "val": Noisy(48)}, run_dir=tmp_path / "r",
+            quiet=True)
+    assert "input-bound" in ecotrain_log.text and "raise data.workers (now 0)" in ecotrain_log.text
+    assert r.summary["data_wait_share"] > 0.3
+
+
+def test_persistent_workers_need_workers():
+    from ecotrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="persistent_workers needs data.workers > 0"):
+        _cfg(0, persistent_workers=True)
