@@ -86,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
 # the handler, so `ecotrain --help` stays fast. One line per feature area.
 COMMAND_MODULES: list[str] = [
     "ecotrain.lrfind",  # lr-find: the LR range test
+    "ecotrain.continual.commands",  # update, versions, promote, rollback, review-queue (docs/updates.md)
+    "ecotrain.speech.commands",  # data speech-digits, speech-feedback (docs/speech.md)
 ]
 
 

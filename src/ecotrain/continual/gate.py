@@ -1,0 +1,94 @@
+"""The evaluation gate: is a candidate version better than its base?
+
+Both models are evaluated (eval mode) on the same slices: the fixed holdout (the test data of every
+task the base has seen) and the recent slice (the new data's test split). The candidate is promoted
+only when it improves the recent slice by more than `min_gain` and loses no more than `tolerance` of
+average accuracy on the holdout.
+
+Metrics (van de Ven et al.; Lopez-Paz & Ranzato's GEM for backward transfer):
+- average accuracy: the mean over tasks (slices) of the accuracy on each;
+- forgetting of task i: the best accuracy any earlier version in the lineage had on it minus now;
+- backward transfer: mean over old tasks of (accuracy now - accuracy right after the task was learnt);
+- per-cohort accuracy: over every slice's examples, grouped by their `cohort` key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+
+@dataclass
+class GatePolicy:
+    tolerance: float = 0.02  # largest allowed drop of the holdout's average accuracy (absolute)
+    min_gain: float = 0.0  # the recent slice must improve by more than this (absolute)
+
+
+@torch.inference_mode()
+def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """Class probabilities (float32, CPU) of `model` in eval mode."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    out = [torch.softmax(model(x[i:i + batch_size].to(dev)).float(), -1).cpu() for i in range(0, len(x), batch_size)]
+    model.train(was)
+    return torch.cat(out)
+
+
+def accuracy(probs: torch.Tensor, y: torch.Tensor) -> float:
+    return float((probs.argmax(-1) == y).float().mean()) if len(y) else float("nan")
+
+
+def slice_metrics(model: nn.Module, slices: list) -> dict:
+    """{"tasks": {slice name: accuracy}, "average_accuracy", "cohorts": {cohort: accuracy}}."""
+    tasks, hits, cohorts = {}, [], []
+    for s in slices:
+        p = predict_proba(model, s.x)
+        tasks[s.name] = round(accuracy(p, s.y), 6)
+        if s.cohort is not None:
+            hits.append((p.argmax(-1) == s.y).float())
+            cohorts.append(s.cohort)
+    out = {"tasks": tasks, "average_accuracy": _mean(tasks.values())}
+    if cohorts:
+        hit, coh = torch.cat(hits), torch.cat(cohorts)
+        out["cohorts"] = {str(int(c)): round(float(hit[coh == c].mean()), 6) for c in torch.unique(coh)}
+    return out
+
+
+def lineage_metrics(now: dict, history: list[dict], learnt_at: dict) -> dict:
+    """Forgetting and backward transfer of `now` (task -> accuracy), given the per-task accuracies of the
+    earlier versions in the lineage (`history`) and the accuracy each task had when it was learnt."""
+    forgetting = {}
+    for task, acc in now.items():
+        earlier = [h[task] for h in history if task in h]
+        if earlier:
+            forgetting[task] = round(max(earlier) - acc, 6)
+    old = [t for t in now if t in learnt_at]
+    bwt = _mean(now[t] - learnt_at[t] for t in old) if old else None
+    return {"forgetting": forgetting, "average_forgetting": _mean(forgetting.values()) if forgetting else None,
+            "backward_transfer": bwt}
+
+
+def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: GatePolicy) -> tuple[bool, str]:
+    """(promote?, reason) from the two models' per-task accuracies."""
+    gain = cand[recent] - base[recent]
+    if holdout:
+        b_old, c_old = _mean(base[t] for t in holdout), _mean(cand[t] for t in holdout)
+        drop = b_old - c_old
+        old_txt = f"holdout {b_old:.4f} -> {c_old:.4f} (drop {drop:+.4f}, tolerance {policy.tolerance})"
+    else:
+        drop, old_txt = 0.0, "no holdout yet"
+    new_txt = f"recent '{recent}' {base[recent]:.4f} -> {cand[recent]:.4f} (gain {gain:+.4f}, min {policy.min_gain})"
+    if gain <= policy.min_gain:
+        return False, f"rejected: the recent slice did not improve: {new_txt}; {old_txt}"
+    if drop > policy.tolerance + 1e-12:
+        return False, f"rejected: forgets the holdout: {old_txt}; {new_txt}"
+    return True, f"promoted: {new_txt}; {old_txt}"
+
+
+def _mean(values) -> Optional[float]:
+    vals = list(values)
+    return round(sum(vals) / len(vals), 6) if vals else None

@@ -1,0 +1,342 @@
+"""`ecotrain update BASE NEW_DATA`: train a new version from a registered one, gate it, record it.
+
+1. the incoming .npz (x, y[, x_test, y_test, cohort, cohort_test]): labels normalised (labels.py),
+   checked against the base model's shape and classes; the recent slice is its test split (or a
+   seeded, stratified 20% of it when it has none);
+2. label check (labels the base model strongly contradicts) and drift (drift.py), both through the
+   base model; alert lines logged and kept in the version's meta;
+3. training: the base's config (or `--recipe`) + overrides, its data the incoming training part,
+   initialised from the base's weights; `replay`/`ewc` entries without `from` read the base version's
+   export.safetensors, `lwf` without `teacher` the base's weights;
+4. the gate (gate.py) on the holdout (the base's slices) and the recent slice;
+5. under the registry lock: the version written (registry.py) and marked promoted (it becomes
+   `current`, if `current` is still the base) or rejected, with the reason.
+
+Training runs outside the lock, so two updates can train at once; only the short write is serial.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ecotrain.continual.drift import DriftThresholds, drift_report
+from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
+from ecotrain.continual.labels import contradictions, load_label_map, normalise
+from ecotrain.continual.registry import Registry, Slice, file_hash
+from ecotrain.errors import ConfigError, DataError, EcotrainError
+from ecotrain.log import log
+
+FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
+LOAD_ONLY_SKIP = ("replay", "ewc", "lwf", "adapters")  # training-time methods: not rebuilt to load a model
+RECENT_FRACTION = 0.2
+
+
+@dataclass
+class UpdateOptions:
+    policy: GatePolicy = field(default_factory=GatePolicy)
+    drift: DriftThresholds = field(default_factory=DriftThresholds)
+    label_map: Optional[str] = None
+    contradiction_threshold: float = 0.9
+    drop_contradicted: bool = False
+    slice_name: Optional[str] = None
+    recipe: Optional[str] = None
+    quiet: bool = True
+
+
+@dataclass
+class Outcome:
+    version: str
+    promoted: bool
+    reason: str
+    meta: dict
+
+
+# -- incoming data ----------------------------------------------------------------------------------
+def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num_classes: int):
+    """(x, y, cohort, test) with test = (x_test, y_test, cohort_test) or None; every check one line."""
+    if path.suffix != ".npz" or not path.is_file():
+        raise DataError(f"{path}: not found or not an .npz file; NEW_DATA is an .npz with x and y "
+                        "(and optionally x_test, y_test, cohort)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise DataError(f"{path}: holds Python objects (dtype=object), which ecotrain never unpickles; "
+                            "save numeric or string arrays") from None
+        raise DataError(f"{path}: cannot read as .npz ({exc})") from None
+    except Exception as exc:
+        raise DataError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
+    for key in ("x", "y"):
+        if key not in arrays:
+            raise DataError(f"{path}: missing array '{key}' (found {sorted(arrays)})")
+
+    def part(xk, yk, ck):
+        x = arrays[xk]
+        if x.dtype.kind not in "biuf":
+            raise DataError(f"{path}: '{xk}' must be numbers, got dtype {x.dtype}")
+        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        if tuple(x.shape[1:]) != tuple(input_shape):
+            raise DataError(f"{path}: '{xk}' has samples of shape {tuple(x.shape[1:])}, the base model takes "
+                            f"{tuple(input_shape)}")
+        if not bool(torch.isfinite(x).all()):
+            raise DataError(f"{path}: '{xk}' holds NaN/Inf; clean or impute it")
+        y = normalise(arrays[yk], label_map, f"{path} '{yk}'")
+        if len(y) != len(x):
+            raise DataError(f"{path}: '{xk}' has {len(x)} rows but '{yk}' {len(y)}")
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+            raise DataError(f"{path}: '{yk}' holds class {int(y.max()) if int(y.min()) >= 0 else int(y.min())}; "
+                            f"the base model has {num_classes} classes (0 to {num_classes - 1})")
+        c = arrays.get(ck)
+        if c is not None:
+            if c.dtype.kind not in "iu" or c.shape != (len(x),):
+                raise DataError(f"{path}: '{ck}' must be one integer cohort key per row of '{xk}'")
+            c = torch.from_numpy(c.astype(np.int64))
+        return x, y, c
+
+    x, y, c = part("x", "y", "cohort")
+    if len(x) == 0:
+        raise DataError(f"{path}: no samples in 'x'")
+    test = part("x_test", "y_test", "cohort_test") if "x_test" in arrays and "y_test" in arrays else None
+    return x, y, c, test
+
+
+def recent_split(x, y, c, test, seed: int):
+    """(train x, y, cohort) and the recent slice's (x, y, cohort)."""
+    if test is not None:
+        return (x, y, c), test
+    from ecotrain.data.split import stratified_split
+
+    keep, held = stratified_split(y, RECENT_FRACTION, seed)
+    if len(held) == 0 or len(keep) == 0:
+        raise DataError(f"the incoming data has too few samples ({len(y)}) to hold out a recent slice; "
+                        "add x_test/y_test or send more data")
+    pick = (lambda t, i: t[i] if t is not None else None)
+    return (x[keep], y[keep], pick(c, keep)), (x[held], y[held], pick(c, held))
+
+
+# -- models of versions -----------------------------------------------------------------------------
+def build_bare(meta: dict):
+    """The version's model architecture (its structural methods applied, not the training-time ones)."""
+    from ecotrain.config import build_config
+    from ecotrain.methods import build_methods
+    from ecotrain.models import build_model
+
+    tree = dict(meta["config"])
+    tree["methods"] = [m for m in tree.get("methods", []) if m.get("name") not in LOAD_ONLY_SKIP]
+    cfg = build_config(tree, "version config")
+    model = build_model(cfg.model, tuple(meta["input_shape"]), meta["num_classes"])
+    methods = build_methods(cfg)
+    return methods.transform(model) if methods.transforms else model
+
+
+def load_version_model(reg: Registry, name: str, merged: bool = True):
+    """A version's model in eval mode: full weights, or its base's model plus its adapter."""
+    from ecotrain.checkpoint.state import load_model_weights
+
+    meta = reg.read_meta(name)
+    if meta.get("weights") == "adapter":
+        from ecotrain.methods.adapters import load_adapter, merge
+
+        model = load_adapter(load_version_model(reg, meta["parent"]), reg.path(name) / "adapter")
+        return (merge(model) if merged else model).eval()
+    model = build_bare(meta)
+    load_model_weights(model, reg.weights(name), f"{reg.path(name)}")
+    return model.eval()
+
+
+def lineage(reg: Registry, name: str) -> list[dict]:
+    """The metas of `name` and its ancestors, newest first."""
+    out, seen = [], set()
+    while name and name not in seen:
+        seen.add(name)
+        meta = reg.read_meta(name)
+        out.append(meta)
+        name = meta.get("parent")
+    return out
+
+
+# -- the update -------------------------------------------------------------------------------------
+def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz: Path, overrides: list[str],
+                    recipe: Optional[str]):
+    from ecotrain.config import _merge, build_config, load_config, parse_overrides
+
+    tree = load_config(recipe).to_dict() if recipe else dict(base_meta["config"])
+    tree["methods"] = [m for m in tree.get("methods", [])]
+    tree = _merge(tree, parse_overrides(overrides)) if overrides else tree
+    # the head keeps the base's width: the incoming data may hold only some (new) classes
+    tree["data"] = {**tree.get("data", {}), "name": "npz", "path": str(train_npz), "kwargs": {},
+                    "num_classes": base_meta["num_classes"], "test_split": 0.0}
+    methods = []
+    for m in tree.get("methods") or []:
+        m = dict(m)
+        if m.get("name") in FROM_EXPORT and not m.get("from") and (base_dir / "export.safetensors").is_file():
+            m["from"] = str(base_dir / "export.safetensors")
+        if m.get("name") == "lwf" and not m.get("teacher"):
+            m["teacher"] = str(init_file)
+        methods.append(m)
+    tree["methods"] = methods
+    return build_config(tree, "update config" + (" + overrides" if overrides else ""))
+
+
+def update(registry: str | Path, base: str, data: str | Path, overrides: list[str], opts: UpdateOptions,
+           preemption=None) -> Outcome:
+    from ecotrain.finish import save_weights
+    from ecotrain.trainer import fit
+
+    reg = Registry(registry)
+    base = reg.resolve(base)
+    base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
+    data = Path(data)
+    label_map = load_label_map(opts.label_map)
+    x, y, c, test = read_incoming(data, label_map, tuple(base_meta["input_shape"]), base_meta["num_classes"])
+    (x, y, c), (rx, ry, rc) = recent_split(x, y, c, test, base_meta["config"].get("seed", 0))
+    holdout = [reg.get_slice(sid) for sid in base_meta["slices"]]
+    name = opts.slice_name or data.stem
+    if name in {s.name for s in holdout}:
+        raise ConfigError(f"slice '{name}': the base already has a slice of that name; pass --slice NAME")
+    recent = Slice(name, rx, ry, rc)
+
+    base_model = load_version_model(reg, base)
+    probs = predict_proba(base_model, x)
+    label_report = contradictions(probs, y, set(base_meta["classes_seen"]), opts.contradiction_threshold)
+    if label_report["contradicted"]:
+        log.warning(f"labels: the base model ({base}) contradicts {label_report['contradicted']} of "
+                    f"{label_report['checked']} labels of known classes with confidence >= "
+                    f"{opts.contradiction_threshold}" + ("; dropped from training" if opts.drop_contradicted else
+                                                         "; see `ecotrain review-queue`"))
+    if opts.drop_contradicted and label_report["contradicted"]:
+        keep = torch.ones(len(y), dtype=torch.bool)
+        conf, pred = probs.max(-1)
+        known = torch.tensor([int(v) in set(base_meta["classes_seen"]) for v in y.tolist()])
+        keep &= ~(known & (pred != y) & (conf >= opts.contradiction_threshold))
+        x, y, c = x[keep], y[keep], (c[keep] if c is not None else None)
+    ref_x = torch.cat([s.x for s in holdout]) if holdout else None
+    ref_y = torch.cat([s.y for s in holdout]) if holdout else None
+    drift = drift_report(predict_proba(base_model, ref_x) if ref_x is not None else None, ref_y, probs, y, c,
+                         opts.drift)
+    for line in drift["alerts"]:
+        log.warning(line)
+
+    work = reg.root / "work" / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    work.mkdir(parents=True)
+    try:
+        init_file = work / "base.safetensors"
+        save_weights(init_file, base_model)  # the base's full weights (an adapter version merged)
+        train_npz = work / "train.npz"
+        with open(train_npz, "wb") as f:
+            np.savez(f, x=x.numpy(), y=y.numpy())
+        cfg = training_config(base_meta, reg.path(base), init_file, train_npz, overrides, opts.recipe)
+        result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
+        if result.summary.get("stopped_because") in ("preempted", "diverged"):
+            raise EcotrainError(f"update: training stopped ({result.summary['stopped_because']}); nothing was "
+                                "registered, run the update again")
+        run_dir = result.run_dir
+        cand = result.model.eval()
+        outcome = _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts,
+                                     {"incoming": file_hash(data), "train": file_hash(train_npz),
+                                      "incoming_file": str(data)}, drift, label_report, y, result.summary)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return outcome
+
+
+def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
+                       drift, label_report, y_train, summary) -> Outcome:
+    from ecotrain.checkpoint.format import load_state_dict_file
+
+    slices = [*holdout, recent]
+    base_m, cand_m = slice_metrics(base_model, slices), slice_metrics(cand, slices)
+    ok, reason = decide(base_m["tasks"], cand_m["tasks"], [s.name for s in holdout], recent.name, opts.policy)
+    ancestors = lineage(reg, base)
+    history = [a["metrics"]["tasks"] for a in ancestors]
+    learnt_at = {**base_meta.get("learnt_at", {}), recent.name: cand_m["tasks"][recent.name]}
+    metrics = {**cand_m, **lineage_metrics(cand_m["tasks"], history, base_meta.get("learnt_at", {})),
+               "base": base_m, "gate": {"promote": ok, "reason": reason, "tolerance": opts.policy.tolerance,
+                                        "min_gain": opts.policy.min_gain}}
+    adapter = run_dir / "adapter"
+    weights_kind = "adapter" if (adapter / "adapter_model.safetensors").is_file() else "full"
+    files = {}
+    if (run_dir / "export.safetensors").is_file():
+        files["export.safetensors"] = run_dir / "export.safetensors"
+    if weights_kind == "adapter":
+        files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
+    weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
+    seen = sorted(set(base_meta["classes_seen"]) | set(int(v) for v in torch.unique(y_train)))
+    meta = {"format": "ecotrain-version/1", "parent": base, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "config": cfg.to_dict(), "input_shape": base_meta["input_shape"], "num_classes": base_meta["num_classes"],
+            "classes_seen": seen, "weights": weights_kind, "data": hashes, "metrics": metrics, "learnt_at": learnt_at,
+            "drift": drift, "labels": label_report, "run_summary": {k: summary.get(k) for k in
+                                                                    ("steps", "epochs", "train_seconds", "stopped_because")}}
+    verdict = {"ok": ok, "reason": reason}
+
+    def settle(idx: dict, name: str) -> None:
+        if ok and idx["current"] == base:
+            reg.make_current(idx, name, reason)
+        elif ok:
+            verdict.update(ok=False, reason=f"candidate: passed the gate against {base}, but `current` moved to "
+                           f"{idx['current']} meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
+            reg.set_status(idx, name, "candidate", verdict["reason"])
+        else:
+            reg.set_status(idx, name, "rejected", reason)
+
+    name = reg.commit(weights, meta, files, slices, settle)
+    return Outcome(name, verdict["ok"], verdict["reason"], meta)
+
+
+def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str] = None,
+                 data: Optional[str] = None, label_map: Optional[str] = None) -> Outcome:
+    """Bootstrap: register a finished run as a version. Its evaluation slice is `data`'s test split (or
+    all of it), else the run's own test split (validation when it has none). The first version becomes
+    `current`; later ones are candidates until promoted."""
+    from ecotrain.checkpoint.format import load_state_dict_file
+    from ecotrain.inference import load_trained
+
+    reg = Registry(registry)
+    run = Path(run)
+    trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
+    if trained.prefix or not (run / "model.safetensors").is_file():
+        raise ConfigError(f"{run}: give a finished run folder (config.yaml + model.safetensors), not a checkpoint")
+    if trained.is_lm or trained.bundle.num_classes is None:
+        raise ConfigError(f"{run}: the registry holds classifiers; this run is not one")
+    bundle, model = trained.bundle, trained.model
+    shape, k = tuple(bundle.input_shape), int(bundle.num_classes)
+    if data is not None:
+        x, y, c, test = read_incoming(Path(data), load_label_map(label_map), shape, k)
+        sx, sy, sc = test if test is not None else (x, y, c)
+        name = slice_name or Path(data).stem
+    else:
+        src = bundle.test if bundle.test is not None else bundle.val
+        if src is None:
+            raise ConfigError(f"{run}: the run has no test or validation split to evaluate on; pass --data FILE.npz")
+        sx, sy = src.take(torch.arange(len(src)))
+        sc, name = None, slice_name or "base"
+    recent = Slice(name, sx.float(), sy.long(), sc)
+    metrics = slice_metrics(model, [recent])
+    cfg = trained.config.to_dict()
+    meta = {"format": "ecotrain-version/1", "parent": None, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "config": cfg, "input_shape": list(shape), "num_classes": k,
+            "classes_seen": sorted(int(v) for v in torch.unique(bundle.train.labels())), "weights": "full",
+            "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
+            "metrics": {**metrics, "gate": {"promote": True, "reason": f"registered from run {run}"}}}
+    files = {"export.safetensors": run / "export.safetensors"} if (run / "export.safetensors").is_file() else {}
+    weights = load_state_dict_file(run / "model.safetensors")
+    why = f"registered from run {run}"
+
+    def settle(idx: dict, name: str) -> None:
+        if idx["current"] is None:
+            reg.make_current(idx, name, why)
+        else:
+            reg.set_status(idx, name, "candidate", f"{why}; promote it to use it")
+
+    name = reg.commit(weights, meta, files, [recent], settle)
+    status = reg.index()["versions"][name]
+    return Outcome(name, status["status"] == "promoted", status["reason"], meta)
