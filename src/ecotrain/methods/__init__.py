@@ -58,9 +58,45 @@ def _stability(m, run):
     return StabilityStop(m)
 
 
-BUILDERS = {"ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
+def _distill(m, run):
+    from ecotrain.methods.distill import Distill
+    return Distill(m, run)  # refuses cache with augmentation or loader workers
+
+
+def _prune(m, run):
+    from ecotrain.methods.prune import Prune
+    return Prune(m, run)
+
+
+def _qat(m, run):
+    from ecotrain.methods.qat import QAT
+    return QAT(m, run)
+
+
+def _replay(m, run):
+    from ecotrain.methods.replay import Replay
+    return Replay(m, run)
+
+
+def _ewc(m, run):
+    from ecotrain.methods.ewc import EWC
+    return EWC(m, run)
+
+
+def _lwf(m, run):
+    from ecotrain.methods.lwf import LwF
+    return LwF(m, run)
+
+
+def _adapters(m, run):
+    from ecotrain.methods.adapters import Adapters
+    return Adapters(m, run)  # imports PEFT (and transformers) only when used
+
+
+BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, "ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
             "selective_backprop": _selective, "progressive_resize": _resize, "batch_ramp": _batch_ramp,
-            "late_freeze": _late_freeze, "stability_stop": _stability}
+            "late_freeze": _late_freeze, "stability_stop": _stability,
+            "distill": _distill, "prune": _prune, "qat": _qat}
 
 
 def build_methods(cfg, extra=()) -> Methods:
