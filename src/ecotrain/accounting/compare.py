@@ -96,9 +96,24 @@ def compare(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop
     notes = sorted({L["energy"]["method"] for _, runs in sides.items() for _, L in runs if L["energy"]["method"]})
     if by in ("energy", "co2e") and notes != ["measured"]:
         verdict.append(f"note: energy figures are {' and '.join(notes)} (see each ledger.json energy.how)")
+    verdict += teacher_notes(sides)
     ok = acc_ok and cut_ok
     verdict.append("verdict: PASS (the candidate meets the criteria)" if ok else "verdict: FAIL")
     return table(head, rows) + "\n\n" + "\n".join(verdict), ok
+
+
+def teacher_notes(sides: dict) -> list[str]:
+    """Whether a distilled side's figures include its teacher's training (summary.json
+    `methods.distill.teacher_cost_included`): the verdict must say so."""
+    out = []
+    for name, runs in sides.items():
+        flags = [s.get("methods", {}).get("distill", {}).get("teacher_cost_included") for s, _ in runs]
+        flags = [f for f in flags if f is not None]
+        if flags:
+            how = "included" if all(flags) else "NOT included" if not any(flags) else "included in some runs only"
+            out.append(f"note: the {name} is distilled from a teacher; the teacher's training FLOPs are {how} in its "
+                       "FLOPs; its forward passes are counted; its CPU time and energy are not (see its ledger.json)")
+    return out
 
 
 def split_runs(items: Sequence[str] | None) -> list[str]:
