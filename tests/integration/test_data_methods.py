@@ -21,10 +21,10 @@ METHODS = [
 ]
 RECIPE = {
     "name": "data_methods", "seed": 1,
-    "data": {"name": "digits", "batch_size": 64, "val_split": 0.15, "augment": {"noise": 0.05}},
+    "data": {"name": "digits", "batch_size": 96, "val_split": 0.15, "augment": {"noise": 0.05}},
     "model": {"name": "resnet", "kwargs": {"widths": [4, 8]}, "dropout": 0.1},
     "optim": {"lr": 3e-3}, "schedule": {"name": "cosine", "warmup": 3},
-    "loop": {"max_steps": 36, "max_epochs": None, "log_every": 4, "eval_every": 12},
+    "loop": {"max_steps": 24, "max_epochs": None, "log_every": 4, "eval_every": 12},
     "checkpoint": {"every_n_steps": 4}, "ledger": {"energy": "off"}, "logging": {"progress": "off"},
 }
 
@@ -52,12 +52,12 @@ def test_methods_report_and_the_ledger_remeasures(reference):
     s = json.loads((reference / "summary.json").read_text())
     m = s["methods"]
     assert m["dedup"]["samples"] == 1222 and m["dedup"]["kept"] == 1222 - m["dedup"]["exact_dropped"] - m["dedup"]["near_dropped"]
-    assert m["batch_ramp"]["sizes"] == [16, 32, 48, 64] and m["batch_ramp"]["lr_scaling"] == "sqrt"
+    assert m["batch_ramp"]["sizes"] == [24, 48, 72, 96] and m["batch_ramp"]["lr_scaling"] == "sqrt"
     assert m["selective_backprop"]["samples_backpropagated"] * 2 == m["selective_backprop"]["samples_scored"]
-    assert m["late_freeze"]["at_step"] == 27 and m["late_freeze"]["frozen_tensors"] == 3
+    assert m["late_freeze"]["at_step"] == 18 and m["late_freeze"]["frozen_tensors"] == 3
     flops = json.loads((reference / "ledger.json").read_text())["flops"]
     assert flops["remeasured"] >= 4  # ramp stages, the resize stage end, the freeze
-    assert s["steps"] == 36 and s["epochs"] == 1  # epoch 1 (ordered too) starts at the step the ramp's sizes give
+    assert s["steps"] == 24 and s["epochs"] == 1  # epoch 1 (ordered too) starts at the step the ramp's sizes give
 
 
 def test_sigkill_then_resume_is_bit_identical(cli, tmp_path, reference):

@@ -83,6 +83,9 @@ class Curriculum(Method):
             raise ConfigError(f"methods.curriculum: it orders the engine's plain shuffle (got {type(sampler).__name__});"
                               " list it after dedup and before batch_ramp, and without data.bucketing")
         self.source = source
+        if self.cfg.score == "loss" and not Path(self.cfg.reference).is_dir():
+            raise ConfigError(f"methods.curriculum.reference: {self.cfg.reference} is not a folder; give a trained "
+                              "run folder or checkpoint folder")
         if self.cfg.score == "file":
             self.scores = self._from_file(Path(self.cfg.path), len(source))
         return source, CurriculumSampler(sampler, self)

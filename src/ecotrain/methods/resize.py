@@ -15,7 +15,7 @@ Evaluation and the test always see full-length inputs.
 
 When it helps: models whose cost grows with the input length and that pool over it (ResNet1d,
 a transformer LM): early epochs learn coarse features as well from half the samples. Risks: the
-model must take any length (a flat linear head, e.g. model cnn, cannot: refused at start); a
+model must take any length (a flat linear head, e.g. model cnn, cannot: refused before the run starts); a
 resolution gap between train and eval if the last stage is short. Cost: an interpolation per batch.
 """
 
@@ -47,12 +47,18 @@ class ProgressiveResize(Method):
     def __init__(self, cfg):
         self.key, self.scales, self.until, self.mode = "progressive_resize", list(cfg.scales), list(cfg.until), cfg.mode
         self.ends: list[int] = []
-        self.sample = None
+        self.model = None
+
+    def transform(self, model):
+        self.model = model  # the bare module, for the length check below
+        return model
 
     def data(self, source, sampler):
-        self.sample = source.take(torch.tensor([0]))  # shape and dtype for the check at fit start
+        x, y = source.take(torch.tensor([0]))
         if self.mode == "auto":
-            self.mode = "downsample" if self.sample[0].is_floating_point() else "crop"
+            self.mode = "downsample" if x.is_floating_point() else "crop"
+        if self.model is not None:  # checked while assembling: a refused run leaves no run folder
+            self._check(self.model, x, y)
         return source, sampler
 
     def scale_at(self, step: int) -> float:
@@ -61,19 +67,16 @@ class ProgressiveResize(Method):
 
     def on_fit_start(self, state):
         self.ends = [int(u * state.total_steps) for u in self.until]
-        if self.sample is not None:
-            self._check(state)
         log.info(f"progressive_resize: input length x{self.scales} until steps {self.ends}, then full")
 
-    def _check(self, state) -> None:
+    def _check(self, model, x, y) -> None:
         """One forward at the smallest size, so a model with a fixed-size head fails now, in one line."""
-        model = state.dist.unwrap(state.model)
-        x, y = resize(*self.sample, min(self.scales), self.mode)
+        x, y = resize(x, y, min(self.scales), self.mode)
         was = model.training
         model.eval()
         try:
             with torch.no_grad():
-                model(x.to(state.device))
+                model(x.to(next(model.parameters()).device))
         except RuntimeError as exc:
             first = str(exc).splitlines()[0][:160]
             raise ConfigError(f"methods.progressive_resize: the model cannot take inputs of length {x.shape[-1]} "

@@ -31,8 +31,9 @@ def over_subset(sampler, keep: torch.Tensor, who: str):
         return EpochSampler(len(keep), sampler.batch_size, sampler.seed)
     if isinstance(sampler, BucketSampler):
         return BucketSampler(sampler.lengths[keep], sampler.batch_size, sampler.seed, sampler.pool)
-    raise ConfigError(f"methods.{who}: it must come before the methods that reorder batches "
-                      f"(got a {type(sampler).__name__}); list {who} first under methods:")
+    raise ConfigError(f"methods.{who}: needs the engine's shuffled or length-bucketed order (got a "
+                      f"{type(sampler).__name__}: a streamed source, or a method listed before it); "
+                      f"list {who} first under methods:, over in-memory or map-style data")
 
 
 def plain(sampler, who: str):
