@@ -63,11 +63,18 @@ def normalise(raw: np.ndarray, mapping: Optional[dict[str, int]], where: str) ->
     return torch.from_numpy(out)
 
 
-def contradictions(probs: torch.Tensor, y: torch.Tensor, known: set[int], threshold: float = 0.9) -> dict:
-    """Examples whose label (of a known class) the model contradicts with confidence >= threshold."""
+def contradicted(probs: torch.Tensor, y: torch.Tensor, known: set[int], threshold: float) -> torch.Tensor:
+    """Mask of the examples whose label (of a known class) the model contradicts with confidence >= threshold."""
     conf, pred = probs.max(-1)
     is_known = torch.tensor([int(c) in known for c in y.tolist()], dtype=torch.bool)
-    flagged = is_known & (pred != y) & (conf >= threshold)
+    return is_known & (pred != y) & (conf >= threshold)
+
+
+def contradictions(probs: torch.Tensor, y: torch.Tensor, known: set[int], threshold: float = 0.9) -> dict:
+    """The contradicted examples (`contradicted`), counted, the most confident first."""
+    conf, pred = probs.max(-1)
+    is_known = torch.tensor([int(c) in known for c in y.tolist()], dtype=torch.bool)
+    flagged = contradicted(probs, y, known, threshold)
     idx = flagged.nonzero().flatten()
     order = idx[conf[idx].argsort(descending=True)]
     return {"threshold": threshold, "checked": int(is_known.sum()), "new_class_examples": int((~is_known).sum()),

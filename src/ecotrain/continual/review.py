@@ -26,7 +26,7 @@ from ecotrain.rundir import atomic_write
 
 def _model(target: str, registry: str):
     """(model, input shape, classes) of a version name / `current`, or of a run or checkpoint folder."""
-    if target == "current" or VERSION_RE.fullmatch(target):
+    if not Path(target).exists() and (target == "current" or VERSION_RE.fullmatch(target)):
         from ecotrain.continual.update import load_version_model
 
         reg = Registry(registry)

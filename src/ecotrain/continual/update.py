@@ -29,9 +29,9 @@ import torch
 
 from ecotrain.continual.drift import DriftThresholds, drift_report
 from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
-from ecotrain.continual.labels import contradictions, load_label_map, normalise
+from ecotrain.continual.labels import contradicted, contradictions, load_label_map, normalise
 from ecotrain.continual.registry import Registry, Slice, file_hash
-from ecotrain.errors import ConfigError, DataError, EcotrainError
+from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.log import log
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
@@ -214,11 +214,8 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
                     f"{opts.contradiction_threshold}" + ("; dropped from training" if opts.drop_contradicted else
                                                          "; see `ecotrain review-queue`"))
     if opts.drop_contradicted and label_report["contradicted"]:
-        keep = torch.ones(len(y), dtype=torch.bool)
-        conf, pred = probs.max(-1)
-        known = torch.tensor([int(v) in set(base_meta["classes_seen"]) for v in y.tolist()])
-        keep &= ~(known & (pred != y) & (conf >= opts.contradiction_threshold))
-        x, y, c = x[keep], y[keep], (c[keep] if c is not None else None)
+        keep = ~contradicted(probs, y, set(base_meta["classes_seen"]), opts.contradiction_threshold)
+        x, y, c, probs = x[keep], y[keep], (c[keep] if c is not None else None), probs[keep]
     ref_x = torch.cat([s.x for s in holdout]) if holdout else None
     ref_y = torch.cat([s.y for s in holdout]) if holdout else None
     drift = drift_report(predict_proba(base_model, ref_x) if ref_x is not None else None, ref_y, probs, y, c,
@@ -236,9 +233,13 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
             np.savez(f, x=x.numpy(), y=y.numpy())
         cfg = training_config(base_meta, reg.path(base), init_file, train_npz, overrides, opts.recipe)
         result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
-        if result.summary.get("stopped_because") in ("preempted", "diverged"):
-            raise EcotrainError(f"update: training stopped ({result.summary['stopped_because']}); nothing was "
-                                "registered, run the update again")
+        stopped = result.summary.get("stopped_because")
+        if stopped == "preempted":
+            raise PreemptedError("update: stopped by a signal during training; nothing was registered, run the "
+                                 "update again")
+        if stopped == "diverged":
+            raise EcotrainError("update: training diverged (non-finite loss); nothing was registered; try a lower "
+                                "optim.lr")
         run_dir = result.run_dir
         cand = result.model.eval()
         outcome = _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts,
