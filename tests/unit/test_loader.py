@@ -3,6 +3,7 @@ leave no process behind, and the feed's figures (data wait, samples/s, input-bou
 
 import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecotrain import fit
+from ecotrain import Callback, fit
 from ecotrain.config import build_config
 from ecotrain.data.sources import MapSource, item_seeds
 from ecotrain.errors import DataError
@@ -72,18 +73,28 @@ def test_item_seeds_fix_each_item_and_leave_the_global_generators_alone():
     assert not torch.equal(a, c)  # a new epoch, new augmentation
 
 
-def test_zero_and_two_workers_train_bitwise_equal_weights(tmp_path):
-    weights, summaries = [], []
-    for w in (0, 2):
-        r = fit(_cfg(w, persistent_workers=w > 0), data={"train": Noisy(), "val": Noisy(48)},
-                run_dir=tmp_path / f"w{w}", quiet=True)
-        weights.append(r.model.state_dict())
-        summaries.append(r.summary)
-    assert weights[0].keys() == weights[1].keys()
-    for k in weights[0]:
-        assert torch.equal(weights[0][k], weights[1][k]), k
-    for s in summaries:
-        assert s["samples_per_second"] > 0 and 0 <= s["data_wait_share"] < 1
+class SigtermAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, state):
+        if state.step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_zero_one_and_two_workers_and_a_resume_give_bitwise_equal_weights(tmp_path):
+    data = {"train": Noisy(), "val": Noisy(48)}
+    runs = [fit(_cfg(0), data=data, run_dir=tmp_path / "w0", quiet=True),
+            fit(_cfg(2, persistent_workers=True), data=data, run_dir=tmp_path / "w2", quiet=True)]
+    cut = fit(_cfg(1), data=data, run_dir=tmp_path / "cut", quiet=True, callbacks=[SigtermAt(11)])
+    assert cut.summary["stopped_because"] == "preempted" and not _children()
+    # resumed mid-epoch with another worker count: allowed (not a config change), and exact
+    runs.append(fit(_cfg(2), data=data, run_dir=tmp_path / "cut", quiet=True, resume=cut.state.last_checkpoint))
+    ref = runs[0].model.state_dict()
+    for r in runs[1:]:
+        assert all(torch.equal(ref[k], v) for k, v in r.model.state_dict().items())
+    for r in runs:
+        assert r.summary["samples_per_second"] > 0 and 0 <= r.summary["data_wait_share"] < 1
     assert not _children()  # the workers are gone once fit() returns
 
 

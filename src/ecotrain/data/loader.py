@@ -21,7 +21,7 @@ import torch
 
 from ecotrain.data.builtin import describe
 from ecotrain.data import sources
-from ecotrain.data.sources import item_seeds
+from ecotrain.data.sources import ArraySource, item_seeds
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
 
@@ -36,7 +36,7 @@ class Feed:
         self.loader = None
         self._iter = None
         self._batches = _EpochBatches(sampler, self.seed)
-        self._window = [time.perf_counter(), 0.0, 0, 0]  # start, wait, samples, batches
+        self._window_start = time.perf_counter()  # of the current throughput window
         self._windows = 0
         self.warned = False
 
@@ -47,18 +47,29 @@ class Feed:
         return self._workers(epoch, start)
 
     def _inline(self, epoch: int, start: int):
-        clock, counters, take, key = time.perf_counter, self.state.counters, self.source.take, (self.seed, epoch)
-        for idx in self.sampler.batches(epoch, start):
-            t = clock()
-            sources._item_key = key  # item_seeds() without a context manager's cost on the fast path
-            try:
-                x, y = take(idx)
-            finally:
-                sources._item_key = None
-            wait = clock() - t
-            counters.data_wait_seconds += wait
-            self._account(wait, len(idx))
-            yield idx, x, y
+        clock, take, key = time.perf_counter, self.source.take, (self.seed, epoch)
+        seeded = not isinstance(self.source, ArraySource)  # in-memory arrays have no items to seed
+        wait, samples, count = 0.0, 0, 0
+        try:
+            for idx in self.sampler.batches(epoch, start):
+                t = clock()
+                if seeded:
+                    sources._item_key = key  # item_seeds() without a context manager's cost
+                    try:
+                        x, y = take(idx)
+                    finally:
+                        sources._item_key = None
+                else:
+                    x, y = take(idx)
+                wait += clock() - t
+                samples += len(idx)
+                count += 1
+                if count == WINDOW_BATCHES:  # the figures every window: no per-step bookkeeping
+                    self._account(wait, samples, count)
+                    wait, samples, count = 0.0, 0, 0
+                yield idx, x, y
+        finally:
+            self.state.counters.data_wait_seconds += wait  # the partial window
 
     def _workers(self, epoch: int, start: int):
         if self.loader is None:
@@ -66,7 +77,8 @@ class Feed:
         if not self.cfg.persistent_workers:
             self._close_iter()  # a rollback or an early break left one open (persistent: iter() resets it)
         self._batches.epoch, self._batches.start = epoch, start
-        clock, counters = time.perf_counter, self.state.counters
+        clock = time.perf_counter
+        wait, samples, count = 0.0, 0, 0
         self._iter = it = iter(self.loader)
         try:
             while True:
@@ -80,11 +92,15 @@ class Feed:
                 except Exception as exc:  # the worker's exception, re-raised with its traceback as text
                     raise DataError(f"data: a loader worker failed reading a batch of epoch {epoch}: "
                                     f"{_last_line(exc)}") from None
-                wait = clock() - t
-                counters.data_wait_seconds += wait
-                self._account(wait, len(idx))
+                wait += clock() - t
+                samples += len(idx)
+                count += 1
+                if count == WINDOW_BATCHES:
+                    self._account(wait, samples, count)
+                    wait, samples, count = 0.0, 0, 0
                 yield idx, x, y
         finally:
+            self.state.counters.data_wait_seconds += wait  # the partial window
             if not self.cfg.persistent_workers:
                 self._close_iter()
 
@@ -96,24 +112,20 @@ class Feed:
             pin_memory=cfg.pin_memory and device.type == "cuda", worker_init_fn=_worker_init,
             generator=torch.Generator().manual_seed(self.seed))  # else the loader draws its seed from the global RNG
 
-    def _account(self, wait: float, samples: int) -> None:
-        w = self._window
-        w[1] += wait
-        w[2] += samples
-        w[3] += 1
-        if w[3] < WINDOW_BATCHES:
-            return
+    def _account(self, wait: float, samples: int, batches: int) -> None:
+        """One window's figures: the data-wait counter, the progress bar's field, the warning."""
+        self.state.counters.data_wait_seconds += wait
         now = time.perf_counter()
-        secs = max(now - w[0], 1e-9)
-        share, rate = w[1] / secs, w[2] / secs
+        secs = max(now - self._window_start, 1e-9)
+        share, rate = wait / secs, samples / secs
         self._windows += 1
         self.state.progress_fields["data"] = f"{rate:,.0f} samples/s, wait {share:.0%}"
         if self._windows > WARMUP_WINDOWS and share > self.cfg.input_bound_share and not self.warned:
             self.warned = True
-            log.warning(f"input-bound: the loop waited for data {share:.0%} of the last {w[3]} steps "
+            log.warning(f"input-bound: the loop waited for data {share:.0%} of the last {batches} steps "
                         f"(data.input_bound_share {self.cfg.input_bound_share:.0%}); raise data.workers "
                         f"(now {self.cfg.workers})")
-        self._window = [now, 0.0, 0, 0]
+        self._window_start = now
 
     def _close_iter(self) -> None:
         it, self._iter = self._iter, None
