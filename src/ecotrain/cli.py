@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
 COMMAND_MODULES: list[str] = [
     "ecotrain.lrfind",  # lr-find: the LR range test
     "ecotrain.continual.commands",  # update, versions, promote, rollback, review-queue (docs/updates.md)
+    "ecotrain.speech.commands",  # data speech-digits, speech-feedback (docs/speech.md)
 ]
 
 
