@@ -133,3 +133,14 @@ def test_bad_shards_fail_in_one_line(tmp_path, case, expect):
     with pytest.raises(DataError, match=expect) as e:
         _load(d, **over)
     assert "\n" not in str(e.value)
+
+
+def test_ddp_ranks_read_disjoint_slices_of_the_streamed_order():
+    from ecotrain.distributed import ShardedSampler
+
+    base = WindowSampler([60, 45, 30], batch_size=12, seed=1, window=24)
+    ranks = [list(ShardedSampler(base, r, 2).batches(2, 3)) for r in range(2)]
+    full = [b for b in base.batches(2, 3) if len(b) == 12]
+    assert len(ranks[0]) == len(ranks[1]) == len(full)
+    for a, b, whole in zip(*ranks, full):
+        assert set(a.tolist()).isdisjoint(b.tolist()) and torch.equal(torch.cat([a, b]), whole)
