@@ -25,7 +25,8 @@ time and energy stay in its own ledger.
 
 The cache is keyed by the sample's index in the train source, so it needs the inputs the teacher saw:
 it is refused with `data.augment` on (the student would see a shifted signal and the teacher's logits
-of the clean one) and with `data.workers > 0` (the indices are read in the training process);
+of the clean one), with `data.workers > 0` (the indices are read in the training process) and with
+selective_backprop (it drops samples after they are read);
 use `cache: false` there, which runs the teacher on the very batch the student sees.
 """
 
@@ -94,6 +95,9 @@ class Distill(Method):
         if cfg.cache and getattr(run.data, "workers", 0):
             raise ConfigError("methods.distill.cache: needs data.workers: 0 (the cache is keyed by the batch's "
                               "sample indices, read in the training process); or set cache: false")
+        if cfg.cache and "selective_backprop" in {m.name for m in run.methods}:
+            raise ConfigError("methods.distill.cache: selective_backprop drops samples from each batch after they are "
+                              "read, so the cached logits cannot follow them; set cache: false")
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.distill: not supported with distributed.strategy=fsdp; use ddp or one process")
         self.teacher = None

@@ -91,10 +91,11 @@ def channel_pairs(model: nn.Module) -> list[tuple[str, nn.Module, nn.Module, int
 
 
 def _resize(module: nn.Module, weight: torch.Tensor, bias) -> None:
-    """Give `module` new parameters of these shapes (a Conv1d or Linear, fields kept consistent)."""
-    module.weight = nn.Parameter(weight)
+    """Give `module` new parameters of these shapes (a Conv1d or Linear, fields kept consistent); a
+    frozen layer stays frozen."""
+    module.weight = nn.Parameter(weight, requires_grad=module.weight.requires_grad)
     if bias is not None:
-        module.bias = nn.Parameter(bias)
+        module.bias = nn.Parameter(bias, requires_grad=module.bias.requires_grad)
     if isinstance(module, nn.Linear):
         module.out_features, module.in_features = weight.shape
     else:
