@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -65,6 +66,8 @@ def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num
     if path.suffix != ".npz" or not path.is_file():
         raise DataError(f"{path}: not found or not an .npz file; NEW_DATA is an .npz with x and y "
                         "(and optionally x_test, y_test, cohort)")
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{path}: not an .npz archive; save NEW_DATA with np.savez(path, x=..., y=...)")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -205,6 +208,11 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
         raise ConfigError(f"slice '{name}': the base already has a slice of that name; pass --slice NAME")
     recent = Slice(name, rx, ry, rc)
 
+    work = reg.root / "work" / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    init_file, train_npz = work / "base.safetensors", work / "train.npz"
+    # checked now, before any model runs: a typo in the overrides is one line, at once
+    cfg = training_config(base_meta, reg.path(base), init_file, train_npz, overrides, opts.recipe)
+
     base_model = load_version_model(reg, base)
     probs = predict_proba(base_model, x)
     label_report = contradictions(probs, y, set(base_meta["classes_seen"]), opts.contradiction_threshold)
@@ -216,6 +224,9 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     if opts.drop_contradicted and label_report["contradicted"]:
         keep = ~contradicted(probs, y, set(base_meta["classes_seen"]), opts.contradiction_threshold)
         x, y, c, probs = x[keep], y[keep], (c[keep] if c is not None else None), probs[keep]
+        if len(y) == 0:
+            raise DataError(f"{data}: every training label is contradicted by {base}; nothing left to train on "
+                            "(check the labels with `ecotrain review-queue`, or drop --drop-contradicted)")
     ref_x = torch.cat([s.x for s in holdout]) if holdout else None
     ref_y = torch.cat([s.y for s in holdout]) if holdout else None
     drift = drift_report(predict_proba(base_model, ref_x) if ref_x is not None else None, ref_y, probs, y, c,
@@ -223,15 +234,11 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     for line in drift["alerts"]:
         log.warning(line)
 
-    work = reg.root / "work" / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     work.mkdir(parents=True)
     try:
-        init_file = work / "base.safetensors"
         save_weights(init_file, base_model)  # the base's full weights (an adapter version merged)
-        train_npz = work / "train.npz"
         with open(train_npz, "wb") as f:
             np.savez(f, x=x.numpy(), y=y.numpy())
-        cfg = training_config(base_meta, reg.path(base), init_file, train_npz, overrides, opts.recipe)
         result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
         stopped = result.summary.get("stopped_because")
         if stopped == "preempted":
