@@ -116,6 +116,7 @@ def test_input_bound_warning_names_data_workers(tmp_path, ecotrain_log, monkeypa
             quiet=True)
     assert "input-bound" in ecotrain_log.text and "raise data.workers (now 0)" in ecotrain_log.text
     assert r.summary["data_wait_share"] > 0.3
+    assert "samples/s, wait" in r.state.progress_fields["data"]  # what the progress bar shows
 
 
 def test_persistent_workers_need_workers():

@@ -38,6 +38,7 @@ class Feed:
         self._batches = _EpochBatches(sampler, self.seed)
         self._window_start = time.perf_counter()  # of the current throughput window
         self._windows = 0
+        self._carry = (0.0, 0, 0)  # the current window's wait, samples and batches so far
         self.warned = False
 
     def epoch(self, epoch: int, start: int):
@@ -49,7 +50,7 @@ class Feed:
     def _inline(self, epoch: int, start: int):
         clock, take, key = time.perf_counter, self.source.take, (self.seed, epoch)
         seeded = not isinstance(self.source, ArraySource)  # in-memory arrays have no items to seed
-        wait, samples, count = 0.0, 0, 0
+        wait, samples, count = self._carry  # a window spans epochs: an epoch may be shorter than one
         try:
             for idx in self.sampler.batches(epoch, start):
                 t = clock()
@@ -69,7 +70,7 @@ class Feed:
                     wait, samples, count = 0.0, 0, 0
                 yield idx, x, y
         finally:
-            self.state.counters.data_wait_seconds += wait  # the partial window
+            self._carry = (wait, samples, count)
 
     def _workers(self, epoch: int, start: int):
         if self.loader is None:
@@ -78,7 +79,7 @@ class Feed:
             self._close_iter()  # a rollback or an early break left one open (persistent: iter() resets it)
         self._batches.epoch, self._batches.start = epoch, start
         clock = time.perf_counter
-        wait, samples, count = 0.0, 0, 0
+        wait, samples, count = self._carry
         self._iter = it = iter(self.loader)
         try:
             while True:
@@ -100,7 +101,7 @@ class Feed:
                     wait, samples, count = 0.0, 0, 0
                 yield idx, x, y
         finally:
-            self.state.counters.data_wait_seconds += wait  # the partial window
+            self._carry = (wait, samples, count)
             if not self.cfg.persistent_workers:
                 self._close_iter()
 
@@ -133,8 +134,10 @@ class Feed:
             it._shutdown_workers()  # joins the workers now, not whenever the iterator is collected
 
     def close(self) -> None:
-        """Stop every worker (end of training, preemption, an error)."""
+        """Stop every worker (end of training, preemption, an error); count the last window's wait."""
         self._close_iter()
+        self.state.counters.data_wait_seconds += self._carry[0]
+        self._carry = (0.0, 0, 0)
         if self.loader is not None:
             self.loader = None  # persistent workers: their iterator was the one closed above
 
