@@ -172,8 +172,12 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
                     recipe: Optional[str]):
     from ecotrain.config import _merge, build_config, load_config, parse_overrides
 
-    tree = load_config(recipe).to_dict() if recipe else dict(base_meta["config"])
-    tree["methods"] = [m for m in tree.get("methods", [])]
+    if recipe:
+        tree = load_config(recipe).to_dict()
+    else:  # the base's own methods; their `from`/`teacher` pointed at the base's parent: re-pointed below
+        tree = dict(base_meta["config"])
+        tree["methods"] = [{k: v for k, v in m.items() if k not in ("from", "teacher")}
+                           for m in tree.get("methods", [])]
     tree = _merge(tree, parse_overrides(overrides)) if overrides else tree
     # the head keeps the base's width: the incoming data may hold only some (new) classes
     tree["data"] = {**tree.get("data", {}), "name": "npz", "path": str(train_npz), "kwargs": {},
@@ -181,8 +185,12 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
     methods = []
     for m in tree.get("methods") or []:
         m = dict(m)
-        if m.get("name") in FROM_EXPORT and not m.get("from") and (base_dir / "export.safetensors").is_file():
-            m["from"] = str(base_dir / "export.safetensors")
+        if m.get("name") in FROM_EXPORT and not m.get("from"):
+            if (base_dir / "export.safetensors").is_file():
+                m["from"] = str(base_dir / "export.safetensors")
+            else:
+                log.warning(f"methods.{m['name']}: {base_dir.name} exported no buffer/Fisher (it was not trained "
+                            f"with {m['name']}); it starts from this update's data alone")
         if m.get("name") == "lwf" and not m.get("teacher"):
             m["teacher"] = str(init_file)
         methods.append(m)
@@ -305,7 +313,6 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     """Bootstrap: register a finished run as a version. Its evaluation slice is `data`'s test split (or
     all of it), else the run's own test split (validation when it has none). The first version becomes
     `current`; later ones are candidates until promoted."""
-    from ecotrain.checkpoint.format import load_state_dict_file
     from ecotrain.inference import load_trained
 
     reg = Registry(registry)
@@ -336,7 +343,11 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
             "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
             "metrics": {**metrics, "gate": {"promote": True, "reason": f"registered from run {run}"}}}
     files = {"export.safetensors": run / "export.safetensors"} if (run / "export.safetensors").is_file() else {}
-    weights = load_state_dict_file(run / "model.safetensors")
+    if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
+        from ecotrain.methods.adapters import is_adapted, merge
+
+        model = merge(model) if is_adapted(model) else model
+    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     why = f"registered from run {run}"
 
     def settle(idx: dict, name: str) -> None:
