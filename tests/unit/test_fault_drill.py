@@ -119,3 +119,30 @@ def test_resume_after_a_rollback_is_exact(tiny_cfg, tmp_path):
     a = load_file(full.run_dir / "model.safetensors")
     b = load_file(tmp_path / "cut" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class StopAfterRollback(Callback):
+    """Ends the run at the first step end after a rollback (after the Checkpointer's save), as a
+    kill right after the rollback would leave it."""
+
+    def on_step_end(self, state):
+        if state.counters.rollbacks:
+            state.stop("preempted")
+
+
+def test_the_restored_step_is_saved_again_with_the_lower_lr(tiny_cfg, tmp_path):
+    """Without that save a resume from the restored step would train at the old LR (the fault was
+    transient) and end elsewhere."""
+    full = _drill(tiny_cfg, tmp_path / "a", "nan_grad", "rollback")
+    torch.manual_seed(0)
+    model = FaultyNet()
+    cfg = tiny_cfg(**{**DRILL, **NEEDS["nan_grad"], "divergence.action": "rollback"})
+    cut = fit(cfg, model=model, run_dir=tmp_path / "cut", callbacks=[Fault(model, "nan_grad"), StopAfterRollback()])
+    assert cut.state.step == 20 and cut.state.last_checkpoint.endswith("step-00000020")
+    torch.manual_seed(0)
+    model = FaultyNet()
+    fit(cfg, model=model, run_dir=tmp_path / "cut", resume=cut.state.last_checkpoint,
+        callbacks=[Fault(model, "nan_grad", times=0)])
+    a = load_file(full.run_dir / "model.safetensors")
+    b = load_file(tmp_path / "cut" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -207,9 +207,9 @@ def roll_back(state, cbs: CallbackList, augment, manager) -> Optional[tuple[Path
         whole = restore(state, live, augment, tensors, meta, folder)
         state.counters.load_state_dict(counters)
         state.train_seconds = seconds
-        for cb in cbs.callbacks:
-            if isinstance(cb, Checkpointer):
-                cb.last_saved_step = state.step  # this step is on disk already
+        for cb in cbs.callbacks:  # save the restored step again, with the rollback's LR and count: a run
+            if isinstance(cb, Checkpointer):  # killed right after it resumes as the uninterrupted one goes on
+                cb.last_saved_step = -1
         return folder, whole
     return None
 class GradCheck:
