@@ -50,8 +50,8 @@ def ecotrain(*args: str) -> subprocess.CompletedProcess:
 
 def train_group(recipe: Path, prefix: Path, seeds: str, fresh: bool, extra: list[str] = ()) -> Path:
     flag = ["--overwrite"] if fresh else ["--resume", "auto"]
-    print(f"$ ecotrain fit {recipe.relative_to(ROOT)} {' '.join(extra)} --seeds {seeds} --run-dir {prefix} "
-          f"{' '.join(flag)} --quiet", flush=True)
+    print("$ ecotrain fit " + " ".join([str(recipe.relative_to(ROOT)), *extra, "--seeds", seeds, "--run-dir",
+                                        str(prefix), *flag, "--quiet"]), flush=True)
     r = ecotrain("fit", str(recipe), *extra, "--seeds", seeds, "--run-dir", str(prefix), *flag, "--quiet")
     if r.returncode != 0:
         sys.exit(f"bench/green.py: training failed ({recipe.name}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")

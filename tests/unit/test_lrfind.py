@@ -25,7 +25,7 @@ def test_smoothing_is_bias_corrected_and_suggestion_sits_on_the_descent():
     s = suggest(lrs, loss)
     assert 5e-3 < s["steepest"] < 2e-2
     assert 0.1 < s["min_loss_lr"] < 0.5
-    assert s["lr"] == min(s["steepest"], s["min_loss_lr"] / 10)
+    assert s["lr"] == s["steepest"] and s["cautious"] == pytest.approx(s["min_loss_lr"] / 10)
 
 
 def test_lr_find_writes_a_plot_and_a_curve_not_a_run(tmp_path, monkeypatch, capsys):
