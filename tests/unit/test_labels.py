@@ -61,3 +61,52 @@ def test_review_rows_order():
     assert rows[0]["label_probability"] == pytest.approx(0.01)
     unlabelled = review_rows(probs, None, top=1)
     assert unlabelled == [{"index": 1, "reason": "low_confidence", "predicted": 0, "confidence": pytest.approx(0.55)}]
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A registry with one version of a tiny MLP (40 inputs, 10 classes); no training needed."""
+    from ecotrain.continual.registry import Registry, Slice
+    from ecotrain.models.vision1d import MLP
+
+    reg = Registry(tmp_path / "reg")
+    model = MLP(40, 10, hidden=[8])
+    meta = {"parent": None, "config": {"name": "b", "model": {"name": "mlp", "kwargs": {"hidden": [8]}}},
+            "input_shape": [40], "num_classes": 10, "classes_seen": [0, 1], "learnt_at": {}, "metrics": {"tasks": {}}}
+    reg.commit(model.state_dict(), meta, {}, [Slice("t0", torch.randn(6, 40), torch.tensor([0, 1] * 3))],
+               lambda idx, name: reg.make_current(idx, name, "test"))
+    return reg
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"x": np.zeros((8, 40), np.float32), "y": np.array(["cat"] * 8)}, r"label 'cat' \(row 0\) is not a class id"),
+    ({"x": np.zeros((8, 40), np.float32), "y": np.full(8, 12)}, "holds class 12; the base model has 10 classes"),
+    ({"x": np.zeros((8, 7), np.float32), "y": np.zeros(8, np.int64)}, r"shape \(7,\), the base model takes \(40,\)"),
+    ({"x": np.zeros((8, 40), np.float32)}, "missing array 'y'"),
+    ({"x": np.zeros((8, 40), np.float32), "y": np.zeros(8, np.int64), "cohort": np.zeros(3, np.int64)},
+     "'cohort' must be one integer cohort key per row"),
+])
+def test_update_refuses_bad_incoming_data_in_one_line(registry, tmp_path, arrays, message):
+    from ecotrain.continual.update import UpdateOptions, update
+
+    f = tmp_path / "new.npz"
+    np.savez(f, **arrays)
+    with pytest.raises(DataError, match=message) as err:
+        update(registry.root, "current", f, [], UpdateOptions())
+    assert "\n" not in str(err.value)
+    assert not (registry.root / "work").exists()  # refused before anything was written
+    assert sorted(registry.index()["versions"]) == ["v0001"]
+
+
+def test_update_refuses_bad_overrides_before_training(registry, tmp_path):
+    from ecotrain.continual.update import UpdateOptions, update
+
+    f = tmp_path / "task_1.npz"
+    np.savez(f, x=np.zeros((10, 40), np.float32), y=np.array(["two", "three"] * 5))
+    m = tmp_path / "map.yaml"
+    m.write_text("two: 2\nthree: 3\n")  # the string labels pass through the map; the overrides do not
+    with pytest.raises(ConfigError, match="config key 'loop.max_stepz': unknown key"):
+        update(registry.root, "current", f, ["loop.max_stepz=3"], UpdateOptions(label_map=str(m)))
+    with pytest.raises(ConfigError, match="methods.0"):
+        update(registry.root, "current", f, ["methods=[{name: bogus}]"], UpdateOptions(label_map=str(m)))
+    assert not (registry.root / "work").exists()
