@@ -473,6 +473,7 @@ class LwfConfig(_Section):
     teacher: Optional[str] = None  # the previous version: run folder or model.safetensors; None: the term is off
     alpha: float = Field(1.0, ge=0)
     temperature: float = Field(2.0, gt=0)
+    on_new: bool = True  # distil on the new rows (false, with replay: the old examples only, as DER does)
     on_replay: bool = True  # also distil on the replay rows when methods.replay is on
 
 

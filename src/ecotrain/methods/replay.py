@@ -1,0 +1,272 @@
+"""Experience replay: a bounded buffer of past examples, replayed in every training step.
+
+    methods:
+      - name: replay
+        size: 500            # examples kept, at most
+        ratio: 0.2           # each step: 80% new rows (the batch), 20% replay rows
+        weight: 1.0          # lambda: loss = CE(new) + lambda * CE(replay), logged as loss_task, loss_replay
+        selection: balanced  # class-balanced, or reservoir (a uniform sample of everything seen)
+        hard_weight: 2.0     # kept examples the model gets wrong weigh 2 in CE(replay)
+        from: runs/v1        # the previous version's buffer (its export.safetensors)
+
+Each step replays `rows = round(batch * ratio / (1 - ratio))` buffer examples: epoch e's replay
+order is a seeded permutation of the buffer (a function of (seed, epoch)), read `rows` at a time
+by the batch's index, so a resume replays exactly what the uninterrupted run did. The replay rows
+get their own forward pass inside the step (the same autocast), CE(replay) a weighted mean.
+
+At the end of the run (`finalize`) the buffer is updated with this run's training data and
+exported as tensors (x, y, weight, seen) into export.safetensors under `replay/`: the next
+version's `from`. The weights are recomputed then: `hard_weight` for the examples the final model
+misclassifies, and with `rare_weight` median/count for the classes rarer than the median.
+
+When it helps: class-incremental updates, where nothing else keeps the old classes' logits alive.
+Risks: a small buffer overfits (the same few hundred examples every epoch); stored examples are
+user data (retention rules apply). Cost: `ratio / (1 - ratio)` more forward/backward rows per step,
+`size` examples of storage per version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.methods.base import Method
+
+
+@dataclass
+class Buffer:
+    x: torch.Tensor  # [n, ...] float
+    y: torch.Tensor  # [n] int64
+    weight: torch.Tensor  # [n] float32, the loss weight of each example
+    seen: int = 0  # examples offered to the buffer so far, every version (reservoir sampling needs it)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x, "y": self.y, "weight": self.weight, "seen": torch.tensor([self.seen])}
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file: a method records what its `from`/`teacher` file held, and a resume checks it."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def exported_file(path: str | Path, where: str) -> Path:
+    """A run folder's (or version folder's) export.safetensors, or the .safetensors file given."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "export.safetensors"
+    if not p.is_file():
+        raise ConfigError(f"{where}: {p} not found; give the previous run folder or its export.safetensors")
+    return p
+
+
+def read_exported(path: Path, key: str, where: str) -> dict[str, torch.Tensor]:
+    """The tensors a method exported under `key/` (finish writes them so), the prefix removed."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{where}: {path} is not a readable safetensors file ({exc})") from None
+    prefix = f"{key}/"
+    out = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    if not out:
+        raise CheckpointError(f"{where}: {path} holds nothing under '{prefix}' (keys: {sorted(tensors)[:6]}); "
+                              f"was the previous run trained with methods.{key}?")
+    return out
+
+
+def load_buffer(path: str | Path, where: str = "methods.replay.from") -> Buffer:
+    p = exported_file(path, where)
+    t = read_exported(p, "replay", where)
+    missing = [k for k in ("x", "y", "weight", "seen") if k not in t]
+    if missing:
+        raise CheckpointError(f"{where}: {p} has no replay/{missing[0]}; it is not a replay buffer")
+    n = len(t["y"])
+    if len(t["x"]) != n or len(t["weight"]) != n:
+        raise CheckpointError(f"{where}: {p}: x, y and weight have different lengths ({len(t['x'])}, {n}, "
+                              f"{len(t['weight'])}); the file is damaged")
+    return Buffer(t["x"].float(), t["y"].long(), t["weight"].float(), int(t["seen"][0]))
+
+
+# -- filling the buffer ------------------------------------------------------------------------
+def reservoir(old_n: int, seen: int, new_n: int, size: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Algorithm R over a stream: the buffer holds `old_n` examples out of `seen`; `new_n` more
+    arrive. Returns (slot of each kept new example, its index in the new data): every example of
+    the whole stream ends up kept with probability size / (seen + new_n)."""
+    slots: dict[int, int] = {}  # buffer slot -> index in the new data (a later arrival may replace an earlier)
+    n = old_n
+    for i in range(new_n):
+        if n < size:  # not full yet: append
+            slots[n] = i
+            n += 1
+            continue
+        j = int(torch.randint(0, seen + i + 1, (1,), generator=g))
+        if j < size:
+            slots[j] = i
+    order = sorted(slots)
+    return torch.tensor(order, dtype=torch.long), torch.tensor([slots[s] for s in order], dtype=torch.long)
+
+
+def balanced(keys: torch.Tensor, size: int, g: torch.Generator) -> torch.Tensor:
+    """Indices of at most `size` rows with as equal a count per key (class or cohort) as the data
+    allows: a key with fewer rows than its share gives the rest to the others (water-filling).
+    Within a key the rows are a seeded random subset. Sorted by key, then by draw."""
+    groups = {int(k): (keys == k).nonzero().flatten() for k in torch.unique(keys)}
+    counts = {k: len(v) for k, v in groups.items()}
+    quota, left = {k: 0 for k in groups}, min(size, len(keys))
+    open_keys = sorted(groups)
+    while left > 0 and open_keys:
+        share = max(1, left // len(open_keys))
+        for k in list(open_keys):
+            take = min(share, counts[k] - quota[k], left)
+            quota[k] += take
+            left -= take
+            if quota[k] == counts[k]:
+                open_keys.remove(k)
+            if left == 0:
+                break
+    out = [groups[k][torch.randperm(counts[k], generator=g)[:quota[k]]] for k in sorted(groups)]
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+def example_weights(y: torch.Tensor, wrong: torch.Tensor, hard_weight: float, rare: bool) -> torch.Tensor:
+    """The loss weight of each candidate: `hard_weight` where the model is wrong, times median/count
+    (at most 10) for the classes rarer than the median with `rare`."""
+    w = torch.ones(len(y))
+    if hard_weight != 1.0:
+        w[wrong] = hard_weight
+    if rare and len(y):
+        classes, counts = torch.unique(y, return_counts=True)
+        med = counts.float().median()
+        per_class = (med / counts.float()).clamp(1.0, 10.0)
+        w *= per_class[torch.searchsorted(classes, y)]
+    return w
+
+
+# -- the method --------------------------------------------------------------------------------
+class Replay(Method):
+    def __init__(self, cfg, run):
+        if run.distributed.strategy != "none":
+            raise ConfigError("methods.replay: one process only for now (its replay rows are a second forward "
+                              "pass in the step); use distributed.strategy=none")
+        self.key, self.cfg, self.seed = "replay", cfg, run.seed
+        self.from_path = exported_file(cfg.from_, "methods.replay.from") if cfg.from_ else None
+        self.buffer = load_buffer(self.from_path) if self.from_path else None
+        self.digest = file_digest(self.from_path) if self.from_path else None
+        self.rows = 0  # replay rows per step, set from the batch size by the data hook
+        self._dev: Optional[tuple[torch.Tensor, ...]] = None  # the buffer on the model's device
+        self._cache = (None, None)  # (the new rows' outputs, the replay logits computed with them)
+        self.report: dict = {}
+
+    def data(self, source, sampler):
+        batch = getattr(sampler, "batch_size", None)
+        if self.buffer is not None and len(self.buffer):
+            x0, _ = source.take(torch.tensor([0]))
+            if tuple(self.buffer.x.shape[1:]) != tuple(x0.shape[1:]):
+                raise CheckpointError(f"methods.replay.from: {self.from_path}: the buffer's examples have shape "
+                                      f"{tuple(self.buffer.x.shape[1:])} but this data's {tuple(x0.shape[1:])}")
+            if batch is None:
+                raise ConfigError("methods.replay: the sampler has no batch_size; replay needs fixed-size batches")
+            self.rows = max(1, round(batch * self.cfg.ratio / (1 - self.cfg.ratio)))
+            self.rows = min(self.rows, len(self.buffer))
+        return source, sampler
+
+    # -- per step --------------------------------------------------------------------------
+    def replay_indices(self, epoch: int, batch_in_epoch: int) -> torch.Tensor:
+        """The buffer rows replayed by batch `batch_in_epoch` of `epoch`: a function of (seed, epoch, batch)."""
+        n = len(self.buffer)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 7_919)  # not the sampler's stream
+        perm = torch.randperm(n, generator=g)
+        start = (batch_in_epoch * self.rows) % n
+        return perm[torch.arange(start, start + self.rows) % n]
+
+    def replay_batch(self, state) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """This step's replay rows (x, y, weight) on the model's device, or None without a buffer."""
+        if not self.rows:
+            return None
+        if self._dev is None or self._dev[0].device != state.device:
+            self._dev = tuple(t.to(state.device) for t in (self.buffer.x, self.buffer.y, self.buffer.weight))
+        idx = self.replay_indices(state.epoch, state.batch_in_epoch).to(state.device)
+        return tuple(t.index_select(0, idx) for t in self._dev)
+
+    def replay_logits(self, state, outputs) -> Optional[torch.Tensor]:
+        """The model's logits on this step's replay rows, computed once per micro-batch (LwF reuses them)."""
+        if self._cache[0] is outputs:
+            return self._cache[1]
+        rb = self.replay_batch(state)
+        logits = None if rb is None else state.model(rb[0])
+        self._cache = (outputs, logits)
+        return logits
+
+    def loss_terms(self, batch, outputs, state):
+        # every micro-batch replays the step's whole replay batch; the Objective scales each term by
+        # the micro-batch's share, so a step counts CE(replay) once, however it is accumulated
+        logits = self.replay_logits(state, outputs)
+        if logits is None:
+            return {}
+        _, y, w = self.replay_batch(state)
+        ce = F.cross_entropy(logits.float(), y, reduction="none")
+        return {"replay": self.cfg.weight * (ce * w).sum() / w.sum()}
+
+    # -- the next version's buffer -----------------------------------------------------------
+    @torch.no_grad()
+    def finalize(self, model, data):
+        new = data.train
+        nx, ny = new.take(torch.arange(len(new)))
+        old = self.buffer or Buffer(nx[:0].float(), ny[:0].long(), torch.zeros(0), 0)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + old.seen + 104_729)
+        if self.cfg.selection == "reservoir":
+            n = min(self.cfg.size, len(old) + len(ny))
+            x, y = nx.new_zeros((n, *nx.shape[1:]), dtype=torch.float32), ny.new_zeros(n)
+            x[:len(old)], y[:len(old)] = old.x, old.y
+            slots, picks = reservoir(len(old), old.seen, len(ny), self.cfg.size, g)
+            x[slots], y[slots] = nx[picks].float(), ny[picks]
+        else:
+            px, py = torch.cat([old.x, nx.float()]), torch.cat([old.y, ny])
+            keep = balanced(py, self.cfg.size, g)
+            x, y = px[keep], py[keep]
+        wrong = self._wrong(model, x, y) if self.cfg.hard_weight != 1.0 else torch.zeros(len(y), dtype=torch.bool)
+        w = example_weights(y, wrong, self.cfg.hard_weight, self.cfg.rare_weight)
+        self.buffer = Buffer(x.contiguous(), y.contiguous(), w, old.seen + len(ny))
+        classes, counts = torch.unique(y, return_counts=True)
+        self.report = {"buffer": len(y), "seen": self.buffer.seen, "rows_per_step": self.rows,
+                       "per_class": {str(int(c)): int(n) for c, n in zip(classes, counts)},
+                       "hard": int(wrong.sum())}
+
+    @staticmethod
+    def _wrong(model, x, y) -> torch.Tensor:
+        was = model.training
+        model.eval()
+        dev = next(model.parameters()).device
+        pred = torch.cat([model(x[i:i + 256].to(dev)).argmax(-1).cpu() for i in range(0, len(x), 256)])
+        model.train(was)
+        return pred != y
+
+    def export(self, model):
+        return self.buffer.tensors() if self.buffer is not None else None
+
+    def summary(self) -> dict:
+        return self.report or ({"buffer": len(self.buffer), "rows_per_step": self.rows} if self.buffer else {})
+
+    def state_dict(self) -> dict:
+        # the buffer is read-only while training: it is `from`'s file, whose digest a resume checks
+        return {"from_digest": self.digest}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("from_digest") != self.digest:
+            raise CheckpointError(f"methods.replay.from: {self.from_path} changed since the run started; "
+                                  "resume with the buffer it started from")
