@@ -95,19 +95,27 @@ class Registry:
             raise CheckpointError(f"{self.index_path}: not an ecotrain registry index ({INDEX_FORMAT})")
         return idx
 
+    def existing_index(self) -> dict:
+        """The index of a registry that must already exist (resolving, promoting, rolling back)."""
+        if not self.index_path.is_file():
+            raise ConfigError(f"{self.root}: no registry here (no index.json); register a finished run first: "
+                              f"`ecotrain versions add RUN --registry {self.root}`")
+        return self.index()
+
     def write_index(self, idx: dict) -> None:
         """Call under `locked()`."""
         write_json(self.index_path, idx)
 
     def resolve(self, name: str) -> str:
         """A version name, or `current`, to an existing version's name."""
-        idx = self.index()
+        if name != "current":
+            check_version_name(name)
+        idx = self.existing_index()
         if name == "current":
             if not idx["current"]:
                 raise ConfigError(f"{self.root}: no current version; register one with "
                                   f"`ecotrain versions add RUN --registry {self.root}`")
             return idx["current"]
-        check_version_name(name)
         if name not in idx["versions"]:
             known = ", ".join(sorted(idx["versions"])) or "none"
             raise ConfigError(f"{self.root}: no version {name} (versions: {known})")
@@ -201,6 +209,7 @@ class Registry:
 
 def promote(reg: Registry, name: str) -> str:
     """Make a version `current` by hand (a rejected one too: the gate's reason is kept in the message)."""
+    reg.resolve(name)  # before the lock: a folder holding no registry stays untouched
     with reg.locked():
         idx = reg.index()
         name = reg.resolve(name)
@@ -215,6 +224,7 @@ def promote(reg: Registry, name: str) -> str:
 def rollback(reg: Registry) -> str:
     """`current` back to the version that was current before it (the parent when updates went in order);
     the version rolled back from is kept, marked rolled_back."""
+    reg.existing_index()
     with reg.locked():
         idx = reg.index()
         cur = idx["current"]
