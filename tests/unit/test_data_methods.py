@@ -94,8 +94,8 @@ def test_curriculum_scores_with_a_reference_run_and_charges_its_flops(tmp_path, 
     from ecotrain.methods import build_methods
 
     ref = tmp_path / "ref"
-    fit(tiny_cfg(**{"loop.max_steps": 10, "ledger.energy": "off"}), run_dir=ref)
-    cfg = tiny_cfg(**{"loop.max_steps": 6, "ledger.energy": "off", "methods": [
+    fit(tiny_cfg(**{"loop.max_steps": 3, "ledger.energy": "off"}), run_dir=ref)
+    cfg = tiny_cfg(**{"loop.max_steps": 2, "ledger.energy": "off", "methods": [
         {"name": "curriculum", "reference": str(ref), "epochs": 1}]})
     out = tmp_path / "run"
     fit(cfg, run_dir=out)
