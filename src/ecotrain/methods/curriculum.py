@@ -122,7 +122,11 @@ class Curriculum(Method):
                     x, y = x.to(ref.device), y.to(ref.device)
                     out.append(per_sample_loss(state.task, ref.model(x), y).double().cpu())
 
-        flops = count_flops(ref.model, forward_all, len(self.source)).total
+        try:
+            flops = count_flops(ref.model, forward_all, len(self.source)).total
+        except RuntimeError as exc:  # a reference trained on other inputs (shape, classes)
+            raise ConfigError(f"methods.curriculum.reference: {self.cfg.reference} cannot score this run's train "
+                              f"samples ({str(exc).splitlines()[0][:160]}); give a run trained on the same data") from None
         state.add_flops(float(flops), "curriculum_scoring")
         self.report.update(reference=str(self.cfg.reference), scoring_flops=float(flops))
         if self.cfg.count_reference:
