@@ -2,7 +2,9 @@
 override holds, `load_config` returns a valid Config or raises ConfigError with a one-line message,
 never another exception (hypothesis generates the inputs; about 200 examples each, a few seconds)."""
 
+import atexit
 import inspect
+import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -61,6 +63,7 @@ def _check(make):
 
 
 RECIPE = Path(tempfile.mkdtemp(prefix="ecotrain-props-")) / "recipe.yaml"  # one file, rewritten per example
+atexit.register(shutil.rmtree, RECIPE.parent, True)
 
 
 def _recipe(text: str | bytes):
