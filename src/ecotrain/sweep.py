@@ -86,6 +86,23 @@ def _finished_before(group: Path, runs: list[Path]) -> list[Path]:
     return [r for r in runs if (r.name in done or str(r.resolve()) in done) and (r / "summary.json").is_file()]
 
 
+def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
+    """A finished run kept by `--resume auto` must be the run asked for now, not an older recipe's."""
+    import yaml
+
+    from ecotrain.config import diff_configs, load_config
+
+    want = load_config(recipe, overrides).to_dict()
+    try:
+        have = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        have = None
+    changed = diff_configs(have, want) if isinstance(have, dict) else ["config.yaml unreadable"]
+    if changed:
+        raise ConfigError(f"{run_dir}: finished with another config ({'; '.join(changed[:3])}); "
+                          "pass --overwrite to retrain the group")
+
+
 def fit_seeds(args, name: str, fit_one: Callable) -> int:
     """`ecotrain fit RECIPE --seeds ...`: `fit_one(args)` (cli.cmd_fit) once per seed, each with its own
     run folder and `seed=N`, keeping the group file current. Stops at the first run that does not end
@@ -114,6 +131,9 @@ def fit_seeds(args, name: str, fit_one: Callable) -> int:
                                   "choose a fresh --run-dir, or pass --overwrite to replace it")
     group.parent.mkdir(parents=True, exist_ok=True)
     finished = _finished_before(group, runs) if args.resume else []
+    for seed, run_dir in zip(seeds, runs):
+        if run_dir in finished:
+            _same_config(run_dir, args.recipe, [*args.overrides, f"seed={seed}"])
     write_group(group, name, args.recipe, args.overrides, seeds, runs, finished)
     for seed, run_dir in zip(seeds, runs):
         if run_dir in finished:

@@ -62,5 +62,9 @@ def test_fit_seeds_writes_siblings_and_a_group_that_compare_reads(tmp_path, caps
     mtime = (tmp_path / "runs" / "g-s0" / "summary.json").stat().st_mtime_ns
     assert main(["fit", str(recipe), "--seeds", "0,1", "--run-dir", str(prefix), "--quiet", "--resume", "auto"]) == 0
     assert (tmp_path / "runs" / "g-s0" / "summary.json").stat().st_mtime_ns == mtime
+    # ... but only while they are the runs asked for: a changed recipe is one line, not a stale result
+    assert main(["fit", str(recipe), "optim.lr=0.001", "--seeds", "0,1", "--run-dir", str(prefix), "--quiet",
+                 "--resume", "auto"]) != 0
+    assert "finished with another config (optim.lr" in capsys.readouterr().err
     assert main(["fit", str(recipe), "--seeds", "0", "seed=3", "--run-dir", str(prefix), "--overwrite"]) != 0
     assert "drop the seed=" in capsys.readouterr().err
