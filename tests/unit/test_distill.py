@@ -29,6 +29,7 @@ def test_kd_term_and_task_weight_per_micro_batch(tiny_cfg):
     torch.manual_seed(0)
     d, _ = _distill(tiny_cfg, alpha=0.3, temperature=3.0)
     x, y = torch.randn(12, 5), torch.randint(0, 4, (12,))
+    d.teacher = torch.nn.Linear(5, 4)  # given: the cache below stands for its logits
     d.data(ArraySource(x, y), None)
     d.cache, d.cache_labels = torch.randn(12, 4), y
     idx = torch.tensor([3, 1, 7, 0, 11, 5])
@@ -49,6 +50,7 @@ def test_kd_term_and_task_weight_per_micro_batch(tiny_cfg):
 def test_a_reordered_batch_is_refused(tiny_cfg):
     d, _ = _distill(tiny_cfg)
     x, y = torch.randn(8, 5), torch.arange(8) % 4
+    d.teacher = torch.nn.Linear(5, 4)
     d.data(ArraySource(x, y), None)
     d.cache, d.cache_labels = torch.randn(8, 4), y
     xb, yb = d.source.take(torch.tensor([0, 1, 2, 3]))
@@ -59,14 +61,14 @@ def test_a_reordered_batch_is_refused(tiny_cfg):
 def test_refusals_are_one_line(tiny_cfg, tmp_path):
     with pytest.raises(ConfigError, match="data.augment"):
         _distill(lambda **kw: tiny_cfg(**{"data.augment": {"noise": 0.1}}, **kw))
+    data = ArraySource(torch.randn(4, 64), torch.arange(4))
     d, _ = _distill(tiny_cfg, teacher=str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match="not found"):
-        d._load_teacher(torch.device("cpu"))
+    with pytest.raises(ConfigError, match="not found"):  # while the run is assembled, before it writes anything
+        d.data(data, None)
     save_file({"w": torch.zeros(1)}, tmp_path / "t.safetensors")
     d, _ = _distill(tiny_cfg, teacher=str(tmp_path / "t.safetensors"))
-    d.data(ArraySource(torch.randn(4, 64), torch.arange(4)), None)
     with pytest.raises(ConfigError, match="teacher_model"):
-        d._load_teacher(torch.device("cpu"))
+        d.data(data, None)
 
 
 def test_teacher_costs_in_the_ledger_and_the_verdict(tiny_cfg, tmp_path):

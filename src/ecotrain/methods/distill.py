@@ -111,11 +111,12 @@ class Distill(Method):
     # -- set-up ------------------------------------------------------------------------------
     def data(self, source, sampler):
         self.source = _IndexRecorder(source) if self.cfg.cache else source
+        if self.teacher is None:  # here, while the run is assembled: a bad teacher is refused before anything is written
+            self.teacher = self._load_teacher(torch.device("cpu"))
         return self.source, sampler
 
     def on_fit_start(self, state):
-        if self.teacher is None:
-            self.teacher = self._load_teacher(state.device)
+        self.teacher = self.teacher.to(state.device)
         if not self.counted:
             self._count_teacher(state)
         if self.cfg.cache and self.cache is None:
