@@ -10,18 +10,28 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (make speech)")
 
 
-def test_data_command_makes_a_cached_dataset(cli, tmp_path):
-    r = cli("data", "speech-digits", "--out", tmp_path / "d", "--scale", "0.05")
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The dataset the feedback test reads, made once by the real command (scale 0.15: 84 utterances)."""
+    from conftest import run_cli
+
+    folder = tmp_path_factory.mktemp("speech") / "d"
+    r = run_cli("data", "speech-digits", "--out", folder, "--scale", "0.15")
     assert r.returncode == 0, r.stderr
-    assert "30 utterances" in r.stdout
-    rows = json.loads((tmp_path / "d" / "manifest.json").read_text())["utterances"]
+    return folder, r.stdout
+
+
+def test_data_command_makes_a_cached_dataset(cli, digits, tmp_path):
+    folder, out = digits
+    assert "84 utterances" in out
+    rows = json.loads((folder / "manifest.json").read_text())["utterances"]
     assert {"speaker", "cohort", "transcript", "sha256", "frames"} <= set(rows[0])
-    bad = cli("data", "speech-digits", "--out", tmp_path / "d", "--scale", "0")
+    bad = cli("data", "speech-digits", "--out", tmp_path / "x", "--scale", "0")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--scale" in bad.stderr
 
 
-def test_feedback_round_quick(cli, tmp_path):
-    r = cli("speech-feedback", "recipes/speech_feedback.yaml", f"data.kwargs.folder={tmp_path / 'd'}",
+def test_feedback_round_quick(cli, digits, tmp_path):
+    r = cli("speech-feedback", "recipes/speech_feedback.yaml", f"data.kwargs.folder={digits[0]}",
             "data.kwargs.scale=0.15", "data.kwargs.feedback.base_steps=30", "data.kwargs.feedback.update_steps=6",
             "data.kwargs.feedback.check_steps=4", "data.kwargs.feedback.rounds=[accent_de]",
             "--out", tmp_path / "out")
@@ -37,6 +47,6 @@ def test_feedback_round_quick(cli, tmp_path):
     assert idx["versions"]["v0002"]["status"] in ("promoted", "rejected")
     ad = tmp_path / "out" / "registry-adapters" / "versions" / "v0002" / "adapter"
     assert (ad / "adapter_model.safetensors").is_file() and (ad / "adapter_config.json").is_file()
-    bad = cli("speech-feedback", "recipes/speech_feedback.yaml", f"data.kwargs.folder={tmp_path / 'd'}",
+    bad = cli("speech-feedback", "recipes/speech_feedback.yaml", f"data.kwargs.folder={digits[0]}",
               "data.kwargs.scale=0.15", "data.kwargs.feedback.rounds=[martian]", "--out", tmp_path / "o2")
     assert bad.returncode != 0 and "martian" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

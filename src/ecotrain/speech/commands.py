@@ -10,7 +10,7 @@ def add_commands(sub) -> dict:
     d.add_argument("dataset", choices=["speech-digits"], help="speech-digits: spoken digit sequences (espeak-ng)")
     d.add_argument("--out", required=True, help="folder for manifest.json and features.safetensors")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--scale", type=float, default=1.0, help="utterances per speaker x this (default 1: 520 in all)")
+    d.add_argument("--scale", type=float, default=1.0, help="utterances per speaker x this (default 1: 552 in all)")
     f = sub.add_parser("speech-feedback", help="speech model: a base version and feedback rounds from new voices, "
                        "gated (docs/speech.md)")
     f.add_argument("recipe", help="e.g. recipes/speech_feedback.yaml")
@@ -64,9 +64,11 @@ def cmd_feedback(args) -> int:
     settings = FeedbackSettings.parse(cfg.data.kwargs.get("feedback"))
     results = run(cfg, data_folder(cfg), settings, Path(args.out), quiet=not args.progress)
     print(table(results))
-    fig = summary_figures(results)
-    if fig:
-        print(f"protected: original voices' WER {fig['old_wer_rise'] * 100:+.1f} points, new voices' WER cut by "
-              f"{fig['new_wer_cut']:.0%}, bad transcripts caught {fig['bad_caught']}/{fig['bad_total']}")
+    for strategy in ("protected", "adapters"):
+        fig = summary_figures(results, strategy)
+        if fig:
+            print(f"{strategy}: original voices' WER {fig['old_wer_rise'] * 100:+.1f} points, new voices' WER cut by "
+                  f"{fig['new_wer_cut']:.0%}, wrong transcripts caught {fig['bad_caught']}/{fig['bad_total']} "
+                  f"({fig['bad_by_checks']} by the label checks)")
     print(f"results: {Path(args.out) / 'results.json'}")
     return 0

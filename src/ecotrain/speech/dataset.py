@@ -68,7 +68,7 @@ def default_spec(seed: int = 0, scale: float = 1.0) -> Spec:
     S = Speaker
     return Spec({
         "base": Cohort([S("en-us+m1", 160, 45), S("en-gb+m3", 175, 40), S("en-us+f2", 165, 60),
-                        S("en-gb-x-rp+m2", 150, 50)], n(40), n(12)),
+                        S("en-gb-x-rp+m2", 150, 50)], n(40), n(20)),  # a larger static holdout: a steadier gate
         "accent_de": Cohort([S("de+m1", 160, 50), S("de+f3", 170, 65)], n(40), n(12)),
         "accent_es": Cohort([S("es+m3", 155, 45), S("es+f1", 170, 70)], n(40), n(12)),
         "fast_noisy": Cohort([S("en-us+klatt2", 230, 80), S("en-gb-scotland+f4", 215, 75)], n(40), n(12), 15.0),

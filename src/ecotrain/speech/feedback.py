@@ -27,7 +27,7 @@ from typing import Optional
 
 import torch
 
-from ecotrain.errors import ConfigError
+from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import CTCTask
 from ecotrain.speech.dataset import SpeechData, SpeechSource, bundle
@@ -46,12 +46,13 @@ class FeedbackSettings:
     wrong_fraction: float = 0.2  # transcripts replaced by another digit sequence
     format_fraction: float = 0.3  # right words, typed inconsistently ("7", "Seven.", "SEVEN, 3")
     base_steps: int = 300
-    update_steps: int = 150
-    check_steps: int = 60
-    contradiction_threshold: float = 4.0  # nats per word (checks.py)
+    update_steps: int = 80
+    update_lr: float = 0.0005  # below the base's: a round nudges the model, it does not retrain it
+    check_steps: int = 80
+    contradiction_threshold: float = 3.0  # nats per word (checks.py)
     replay_size: int = 160  # utterances kept, cohort-balanced
-    replay_ratio: float = 0.4  # replayed utterances' share of a round's training rows
-    lwf_alpha: float = 1.0
+    replay_ratio: float = 0.7  # replayed utterances' share of a round's training rows
+    lwf_alpha: float = 2.0
     lwf_temperature: float = 2.0
     adapter_rank: int = 8
     tolerance: float = 0.02  # WER points the holdout may lose
@@ -101,7 +102,8 @@ class Trainer:
     def __init__(self, cfg, work: Path, quiet: bool = True):
         self.cfg, self.work, self.quiet, self.n = cfg, Path(work), quiet, 0
 
-    def fit(self, name: str, src: SpeechSource, steps: int, init: Optional[Path] = None, methods: list = ()):
+    def fit(self, name: str, src: SpeechSource, steps: int, init: Optional[Path] = None, methods: list = (),
+            lr: Optional[float] = None):
         from ecotrain.config import Config
         from ecotrain.trainer import fit
 
@@ -110,10 +112,14 @@ class Trainer:
         d["name"], d["methods"] = name, list(methods)
         d["loop"].update(max_steps=steps, max_epochs=None)
         d["data"]["bucketing"] = True
+        if lr is not None:
+            d["optim"]["lr"] = lr
         cfg = Config.model_validate(d)
         run_dir = self.work / "runs" / f"{self.n:03d}-{name}"
         r = fit(cfg, data=bundle(src), loss_fn=CTCTask(), run_dir=run_dir, init_from=init, quiet=self.quiet,
                 overwrite=True)
+        if r.summary.get("stopped_because") == "preempted":  # SIGTERM/SIGINT: stop the experiment, not just this run
+            raise PreemptedError(f"{run_dir}: stopped by a signal; its checkpoint is kept, the rounds stop here")
         return r.model.eval(), run_dir
 
 
