@@ -6,7 +6,7 @@ start from the previous task's run folder (`init_from`) and whose methods read i
 the final average accuracy over the 5 tasks and the average forgetting (per old task, its best
 earlier accuracy minus the final one), next to joint training on all the data (the upper bound).
 
-    .venv/bin/python bench/continual.py                 # every strategy, ~2 CPU-minutes each
+    .venv/bin/python bench/continual.py                 # every strategy, 20 epochs per task (~10 CPU-minutes)
     .venv/bin/python bench/continual.py --workers 8     # strategies in parallel processes
     .venv/bin/python bench/continual.py --only naive replay
 
