@@ -51,7 +51,7 @@ def result_line(results: dict, tolerance: float) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/bench-speech")
-    p.add_argument("--data", default="data/speech-digits", help="the dataset folder (made once, then a cache)")
+    p.add_argument("--data", default="runs/speech-digits", help="the dataset folder (made once, then a cache)")
     p.add_argument("--quick", action="store_true", help="tiny: the mechanics only (make test), not the figures")
     p.add_argument("overrides", nargs="*", help="dotted overrides of the recipe, e.g. data.kwargs.feedback.update_lr=0.0003")
     args = p.parse_args(argv)
