@@ -224,7 +224,6 @@ class Prune(Method):
     def on_fit_start(self, state):
         if self.end is None:
             self.end = max(self.start + 1, state.total_steps // 2)
-        self.state = state
         if self.structured:
             self._sync_optimizer(state.optimizer, {})  # a resume rebuilt the layers at load: point the optimizer at them
 
