@@ -67,3 +67,11 @@ def test_qat_run_reports_the_converted_model_and_resumes_exactly(tiny_cfg, tmp_p
     assert abs(q["converted_test_accuracy"] - s["test_accuracy"]) < 0.05  # QAT: conversion costs little
     exported = load_file(tmp_path / "full" / "export.safetensors")
     assert exported["qat/net.0.weight.qdata"].dtype == torch.int8 and "qat/net.0.weight.scale" in exported
+
+
+def test_without_torchao_one_line_says_how_to_install(tiny_cfg, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # as if torchao were not installed
+    with pytest.raises(ConfigError, match=r"pip install 'ecotrain\[qat\]'"):
+        _qat(tiny_cfg)
