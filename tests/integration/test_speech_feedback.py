@@ -34,7 +34,7 @@ def test_feedback_round_quick(cli, digits, tmp_path):
     r = cli("speech-feedback", "recipes/speech_feedback.yaml", f"data.kwargs.folder={digits[0]}",
             "data.kwargs.scale=0.15", "data.kwargs.feedback.base_steps=30", "data.kwargs.feedback.update_steps=6",
             "data.kwargs.feedback.check_steps=4", "data.kwargs.feedback.rounds=[accent_de]",
-            "--out", tmp_path / "out")
+            "model.kwargs={channels: 32, hidden: 32}", "--out", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert "| 1 | protected |" in r.stdout and "| 1 | adapters |" in r.stdout and "deployed (gate:" in r.stdout
     res = json.loads((tmp_path / "out" / "results.json").read_text())

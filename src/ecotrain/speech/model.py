@@ -22,7 +22,7 @@ def out_lengths(frames: torch.Tensor) -> torch.Tensor:
 
 
 class AcousticModel(nn.Module):
-    def __init__(self, n_mels: int = N_MELS, channels: int = 64, hidden: int = 64, vocab: int = len(VOCAB),
+    def __init__(self, n_mels: int = N_MELS, channels: int = 128, hidden: int = 128, vocab: int = len(VOCAB),
                  dropout: float = 0.1):
         super().__init__()
         self.conv = nn.Sequential(
