@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -108,7 +109,13 @@ def generate(out: Path, spec: Spec, workers: int = 2) -> Path:
             pass  # damaged: made again
     if out.exists() and not out.is_dir():
         raise DataError(f"speech data: {out} exists and is not a folder; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise DataError(f"speech data: cannot write to {out} ({exc.strerror or exc}); choose another --out") from None
     rows = _plan(spec)
     with tempfile.TemporaryDirectory(dir=out) as tmp, ThreadPoolExecutor(max(1, workers)) as pool:
         waves = list(pool.map(lambda r: render(r["transcript"], r["_spk"], Path(tmp)), rows))
