@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install bench clean browser
+.PHONY: demo test lint install bench clean browser speech
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,7 +30,15 @@ browser:
 	  { echo "make: chromium and chromium-driver are missing and could not be installed; run as root: apt-get install -y chromium chromium-driver"; exit 1; }; \
 	fi
 
-test: $(STAMP) browser
+# The speech example and its tests render audio with Debian's espeak-ng (docs/speech.md).
+speech:
+	@if ! command -v espeak-ng >/dev/null 2>&1; then \
+	  echo "make: installing espeak-ng (apt-get) for the speech example and its tests"; \
+	  (apt-get update -qq && apt-get install -y -qq espeak-ng) >/dev/null 2>&1 || \
+	  { echo "make: espeak-ng is missing and could not be installed; run as root: apt-get install -y espeak-ng"; exit 1; }; \
+	fi
+
+test: $(STAMP) browser speech
 	$(BIN)/python -m pytest tests
 
 lint: $(STAMP)
