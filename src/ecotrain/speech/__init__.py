@@ -5,9 +5,4 @@ transcript normalisation and label checks (`labels.py`), and the feedback rounds
 See docs/speech.md.
 """
 
-from ecotrain.speech.ctc import CTCTask, greedy_decode, word_error_rate
-from ecotrain.speech.features import log_mel, mel_filterbank
-from ecotrain.speech.labels import VOCAB, normalize_transcript
-
-__all__ = ["CTCTask", "VOCAB", "greedy_decode", "log_mel", "mel_filterbank", "normalize_transcript",
-           "word_error_rate"]
+# No eager imports: `ecotrain --help` loads speech/commands.py and must not import torch.
