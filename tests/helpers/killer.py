@@ -37,3 +37,14 @@ class KillDuringSave(Callback):
                 time.sleep(60)  # never reached: SIGKILL cannot be caught
 
             fmt._digest = digest_then_die
+
+
+class SigtermAt(Callback):
+    """SIGTERM this process at the start of step `step`: the real handler checkpoints at the end of it."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_start(self, state):
+        if state.step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)

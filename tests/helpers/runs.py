@@ -13,3 +13,21 @@ def deterministic_lines(run) -> list[dict]:
         rec = json.loads(line)
         out.append({k: v for k, v in rec.items() if k in DETERMINISTIC or k.startswith("val_")})
     return out
+
+
+def write_recipe(folder, tree):
+    """`tree` as the next numbered recipe-N.yaml in `folder` (tests write several per folder)."""
+    import yaml
+
+    p = folder / f"recipe-{len(list(folder.glob('recipe-*')))}.yaml"
+    p.write_text(yaml.safe_dump(tree))
+    return p
+
+
+def fit_quietly(recipe, run_dir, *extra):
+    """A real `ecotrain fit RECIPE --run-dir RUN --quiet` that must succeed; returns the run folder."""
+    from conftest import run_cli
+
+    r = run_cli("fit", recipe, "--run-dir", run_dir, "--quiet", *extra)
+    assert r.returncode == 0, r.stderr
+    return run_dir

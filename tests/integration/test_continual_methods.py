@@ -5,9 +5,8 @@ import json
 import signal
 
 import pytest
-import yaml
 
-from tests.helpers.runs import deterministic_lines
+from tests.helpers.runs import deterministic_lines, write_recipe
 
 
 def _recipe(tmp_path, base, callbacks=()):
@@ -25,9 +24,7 @@ def _recipe(tmp_path, base, callbacks=()):
                     {"name": "lwf", "teacher": prev, "alpha": 0.5}],
         "callbacks": list(callbacks),
     }
-    p = tmp_path / f"recipe-{len(list(tmp_path.iterdir()))}.yaml"
-    p.write_text(yaml.safe_dump(tree))
-    return p
+    return write_recipe(tmp_path, tree)
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,8 @@ import signal
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.helpers.runs import deterministic_lines
+from tests.helpers.runs import deterministic_lines, fit_quietly, write_recipe
 
 METHODS = [
     {"name": "dedup"},
@@ -34,18 +33,13 @@ def _recipe(d, callbacks=()):
     if not scores.exists():  # one score per train sample of digits' split (dedup drops none there)
         np.save(scores, np.random.default_rng(0).random(1222))
     methods = [dict(m, path=str(scores)) if m.get("path") == "SCORES" else m for m in METHODS]
-    p = d / f"recipe-{len(list(d.glob('recipe-*')))}.yaml"
-    p.write_text(yaml.safe_dump(dict(RECIPE, methods=methods, callbacks=list(callbacks))))
-    return p
+    return write_recipe(d, dict(RECIPE, methods=methods, callbacks=list(callbacks)))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    from conftest import run_cli
     d = tmp_path_factory.mktemp("ref")
-    r = run_cli("fit", _recipe(d), "--run-dir", d / "run", "--quiet")
-    assert r.returncode == 0, r.stderr
-    return d / "run"
+    return fit_quietly(_recipe(d), d / "run")
 
 
 def test_methods_report_and_the_ledger_remeasures(reference):

@@ -7,7 +7,7 @@ import signal
 import pytest
 import yaml
 
-from tests.helpers.runs import deterministic_lines
+from tests.helpers.runs import deterministic_lines, fit_quietly, write_recipe
 
 RECIPE = {
     "name": "resume_test", "seed": 3,
@@ -22,20 +22,14 @@ RECIPE = {
 
 
 def _recipe(tmp_path, callbacks=()):
-    tree = dict(RECIPE, callbacks=list(callbacks))
-    p = tmp_path / f"recipe-{len(list(tmp_path.iterdir()))}.yaml"
-    p.write_text(yaml.safe_dump(tree))
-    return p
+    return write_recipe(tmp_path, dict(RECIPE, callbacks=list(callbacks)))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted run."""
-    from conftest import run_cli
     d = tmp_path_factory.mktemp("ref")
-    r = run_cli("fit", _recipe(d), "--run-dir", d / "run", "--quiet")
-    assert r.returncode == 0, r.stderr
-    return d / "run"
+    return fit_quietly(_recipe(d), d / "run")
 
 
 def _same_as_reference(run, reference):

@@ -6,8 +6,6 @@ faulty step the model computes one layer in float16 with activations past float1
 (65504), so the forward really overflows to inf, as an fp16 activation does on a GPU."""
 
 import math
-import os
-import signal
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import Callback, fit
+from tests.helpers.killer import SigtermAt
 from ecotrain.checkpoint.manager import latest_valid
 
 FAULT_AT = 25  # the faulty step (0-based: the step that state.step == FAULT_AT starts); checkpoints every 10
@@ -90,15 +89,6 @@ def test_a_persistent_fault_stops_after_max_rollbacks(tiny_cfg, tmp_path):
     r = _drill(tiny_cfg, tmp_path, "fp16_inf", "rollback", times=100)  # replayed after every rollback
     assert r.summary["stopped_because"] == "diverged" and r.summary["rollbacks"] == 2
     assert r.summary["steps"] == FAULT_AT + 1 and math.isclose(r.state.lr, 3e-3 * 0.25 ** 2) and _finite(r.model)
-
-
-class SigtermAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_start(self, state):
-        if state.step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)  # the real handler: checkpoint at the end of this step
 
 
 def test_resume_after_a_rollback_is_exact(tiny_cfg, tmp_path):

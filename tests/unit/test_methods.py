@@ -3,7 +3,6 @@ name in checkpoints, exact resume; and the engine defects found in review (one t
 
 import gc
 import os
-import signal
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import Callback, fit
+from tests.helpers.killer import SigtermAt
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods import Method
 
@@ -115,15 +115,6 @@ def test_ema_best_weights_are_the_evaluated_average(tiny_cfg, tmp_path):
     r = fit(tiny_cfg(**_ema()), run_dir=tmp_path / "r")
     s = r.summary
     assert s["best_step"] is not None and s["val_loss"] == pytest.approx(s["best_val_metric"], rel=1e-6)
-
-
-class SigtermAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_start(self, state):
-        if state.step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)  # the real handler: checkpoint at the end of this step
 
 
 def test_ema_resume_is_exact(tiny_cfg, tmp_path):

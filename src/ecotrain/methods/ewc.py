@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
-from ecotrain.methods.replay import exported_file, file_digest, read_exported
+from ecotrain.methods.replay import check_pinned, exported_file, file_digest, read_exported
 
 CHUNK = 64  # examples per vmap call: bounds the memory of per-example gradients
 
@@ -148,6 +148,4 @@ class EWC(Method):
         return {"from_digest": self.digest}  # the anchor is `from`'s file, read-only while training
 
     def load_state_dict(self, sd: dict) -> None:
-        if sd.get("from_digest") != self.digest:
-            raise CheckpointError(f"methods.ewc.from: {self.from_path} changed since the run started; "
-                                  "resume with the Fisher it started from")
+        check_pinned(sd, "from_digest", self.digest, "methods.ewc.from", self.from_path, "the Fisher")

@@ -30,16 +30,11 @@ import torch
 from ecotrain.errors import ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
-from ecotrain.methods.replay import Replay, file_digest
+from ecotrain.methods.replay import Replay, check_pinned, file_digest, run_file
 
 
 def teacher_file(path: str | Path, where: str = "methods.lwf.teacher") -> Path:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "model.safetensors"
-    if not p.is_file():
-        raise ConfigError(f"{where}: {p} not found; give the previous run folder or its model.safetensors")
-    return p
+    return run_file(path, where, "model.safetensors")
 
 
 def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
@@ -100,8 +95,4 @@ class LwF(Method):
         return {"teacher_digest": self.digest}
 
     def load_state_dict(self, sd: dict) -> None:
-        from ecotrain.errors import CheckpointError
-
-        if sd.get("teacher_digest") != self.digest:
-            raise CheckpointError(f"methods.lwf.teacher: {self.path} changed since the run started; "
-                                  "resume with the teacher it started with")
+        check_pinned(sd, "teacher_digest", self.digest, "methods.lwf.teacher", self.path, "the teacher")

@@ -62,14 +62,25 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def exported_file(path: str | Path, where: str) -> Path:
-    """A run folder's (or version folder's) export.safetensors, or the .safetensors file given."""
+def check_pinned(sd: dict, key: str, digest: Optional[str], where: str, path, what: str) -> None:
+    """A resume refuses a `from`/`teacher` file that differs from the one the run started with
+    (its digest rides in the checkpoint under `key`): the run would go on against other weights."""
+    if sd.get(key) != digest:
+        raise CheckpointError(f"{where}: {path} changed since the run started; resume with {what} it started from")
+
+
+def run_file(path: str | Path, where: str, name: str = "export.safetensors") -> Path:
+    """A run folder's (or version folder's) file `name`, or the .safetensors file given."""
     p = Path(path)
     if p.is_dir():
-        p = p / "export.safetensors"
+        p = p / name
     if not p.is_file():
-        raise ConfigError(f"{where}: {p} not found; give the previous run folder or its export.safetensors")
+        raise ConfigError(f"{where}: {p} not found; give the previous run folder or its {name}")
     return p
+
+
+def exported_file(path: str | Path, where: str) -> Path:
+    return run_file(path, where)
 
 
 def read_exported(path: Path, key: str, where: str) -> dict[str, torch.Tensor]:
@@ -267,6 +278,4 @@ class Replay(Method):
         return {"from_digest": self.digest}
 
     def load_state_dict(self, sd: dict) -> None:
-        if sd.get("from_digest") != self.digest:
-            raise CheckpointError(f"methods.replay.from: {self.from_path} changed since the run started; "
-                                  "resume with the buffer it started from")
+        check_pinned(sd, "from_digest", self.digest, "methods.replay.from", self.from_path, "the buffer")
