@@ -26,9 +26,9 @@ from ecotrain.task import normalized_loss
 class Objective:
     def __init__(self, task, methods):
         self.task, self.methods = task, methods
-        self.has_terms = methods.has_loss_terms
         # a method may weight the task loss (distillation: 1 - alpha); the product of every `task_weight`
         self.task_weight = math.prod(float(getattr(m, "task_weight", 1.0)) for m in getattr(methods, "methods", ()))
+        self.has_terms = methods.has_loss_terms or self.task_weight != 1.0  # a weight alone takes the full path
         self.batch_methods = [m for m in getattr(methods, "methods", ()) if callable(getattr(m, "prepare_batch", None))]
 
     def prepare(self, state, x, y):

@@ -85,7 +85,8 @@ class RunFolder:
         if self.is_main:
             for name in self.replace:  # --overwrite: the old run's files go, nothing else
                 p = self.path / name
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                # a link goes, never what it points to: that may be the user's folder elsewhere
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             self.path.mkdir(parents=True, exist_ok=True)
             write_config(self.path, config_dict)
             if metrics_offset is not None:

@@ -20,23 +20,29 @@ class KillAt(Callback):
 
 
 class KillDuringSave(Callback):
-    """From step `step` on, the next checkpoint write SIGKILLs the process in its middle: after the
-    tensors and meta.json are in the temporary folder, before the manifest and the rename. (A
-    watcher thread polling for the temporary folder raced the save and could miss it.)"""
+    """From step `step` on, the next checkpoint write sends `sig` to the process in its middle: after
+    the tensors and meta.json are in the temporary folder, before the manifest and the rename. SIGKILL
+    dies there; SIGTERM lets the save finish, and the next step ends with the preemption checkpoint.
+    (A watcher thread polling for the temporary folder raced the save and could miss it.)"""
 
-    def __init__(self, step: int):
-        self.step, self.armed = step, False
+    def __init__(self, step: int, sig: str = "SIGKILL"):
+        self.step, self.sig, self.armed = step, getattr(signal, sig), False
 
     def on_step_end(self, state):
         if state.step >= self.step and not self.armed:
             self.armed = True
             from ecotrain.checkpoint import format as fmt
 
-            def digest_then_die(path):  # the manifest's checksums come next: the save is half done
-                os.kill(os.getpid(), signal.SIGKILL)
-                time.sleep(60)  # never reached: SIGKILL cannot be caught
+            original, sig = fmt._digest, self.sig
 
-            fmt._digest = digest_then_die
+            def digest_then_signal(path):  # the manifest's checksums come next: the save is half done
+                fmt._digest = original
+                os.kill(os.getpid(), sig)
+                if sig == signal.SIGKILL:
+                    time.sleep(60)  # never reached: SIGKILL cannot be caught
+                return original(path)
+
+            fmt._digest = digest_then_signal
 
 
 class SigtermAt(Callback):
@@ -48,3 +54,28 @@ class SigtermAt(Callback):
     def on_step_start(self, state):
         if state.step == self.step:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SigtermDuringEval(Callback):
+    """SIGTERM this process from inside the `nth` validation pass (between two of its batches'
+    forwards): the evaluation finishes, then the step ends with the preemption checkpoint."""
+
+    def __init__(self, nth: int):
+        from ecotrain import loop
+
+        original, calls = loop.evaluate, [0]
+
+        def evaluate(model, source, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == nth:
+                real_forward = model.forward
+
+                def forward(*a, **k):  # the first batch's forward sends the signal
+                    model.forward = real_forward
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return real_forward(*a, **k)
+
+                model.forward = forward
+            return original(model, source, *args, **kwargs)
+
+        loop.evaluate = evaluate

@@ -3,7 +3,8 @@
 import json
 
 # Keys of metrics.jsonl that a resumed run must reproduce exactly; the rest (energy, CO2e, money,
-# times) are measurements of the machine, which no resume can make identical.
+# times) are measurements of the machine, which no resume can make identical. The methods' loss terms
+# (`loss_<name>`) and the validation figures (`val_*`) must match too.
 DETERMINISTIC = ("step", "epoch", "loss", "lr", "flops")
 
 
@@ -11,7 +12,7 @@ def deterministic_lines(run) -> list[dict]:
     out = []
     for line in (run / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
-        out.append({k: v for k, v in rec.items() if k in DETERMINISTIC or k.startswith("val_")})
+        out.append({k: v for k, v in rec.items() if k in DETERMINISTIC or k.startswith(("val_", "loss_"))})
     return out
 
 

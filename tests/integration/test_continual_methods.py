@@ -47,10 +47,9 @@ def test_sigkill_then_resume_is_bit_identical(cli, tmp_path, base):
     ref, run = tmp_path / "ref", tmp_path / "run"
     r = cli("fit", _recipe(tmp_path, base), "--run-dir", ref, "--init-from", base, "--quiet")
     assert r.returncode == 0, r.stderr
-    # killed at 22, resumed from the step-20 checkpoint, a log step: the engine checkpoints the log
-    # window of the loss but not of the named terms, so a log line straddling a resume averages the
-    # terms over fewer steps (reported); the weights are exact either way
-    killer = {"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 22}}
+    # killed at 26, resumed from the step-24 checkpoint, inside a log window (21-25): the checkpoint
+    # holds that window of the loss and of every named term, so the step-25 line is the same
+    killer = {"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 26}}
     r = cli("fit", _recipe(tmp_path, base, [killer]), "--run-dir", run, "--init-from", base, "--quiet")
     assert r.returncode == -signal.SIGKILL, r.stderr
     r = cli("fit", _recipe(tmp_path, base), "--run-dir", run, "--init-from", base, "--resume", "auto", "--quiet",

@@ -69,12 +69,30 @@ def test_sigkill_during_a_save_keeps_previous_checkpoint(cli, tmp_path, referenc
     r = cli("fit", _recipe(tmp_path), "--run-dir", run, "--resume", "auto", "--quiet", "--allow-config-change")
     assert r.returncode == 0, r.stderr
     _same_as_reference(run, reference)
+    # the killed save's temporary folder is gone: the resumed run's first save removed it (its pid is dead)
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_sigterm_checkpoints_exits_75_and_resumes_exact(cli, tmp_path, reference):
     run, r = _kill_then_resume(cli, tmp_path, reference,
                                {"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 37, "sig": "SIGTERM"}}, 75)
     assert "resuming from" in r.stderr and "step-00000037" in r.stderr  # the preemption checkpoint
+    _same_as_reference(run, reference)
+
+
+def test_sigterm_during_evaluation_checkpoints_and_resumes_exact(cli, tmp_path, reference):
+    run, r = _kill_then_resume(cli, tmp_path, reference,
+                               {"path": "tests.helpers.killer:SigtermDuringEval", "kwargs": {"nth": 3}}, 75)
+    assert "step-00000030" in r.stderr  # the third validation pass is step 30's: its checkpoint, then exit 75
+    _same_as_reference(run, reference)
+
+
+def test_sigterm_during_a_save_finishes_it_then_checkpoints_and_resumes_exact(cli, tmp_path, reference):
+    run, r = _kill_then_resume(cli, tmp_path, reference, {"path": "tests.helpers.killer:KillDuringSave",
+                                                            "kwargs": {"step": 30, "sig": "SIGTERM"}}, 75)
+    # the signal lands inside step 32's save (every 4 steps), which completes; step 33 ends with the
+    # preemption checkpoint, which the resume starts from
+    assert "step-00000033" in r.stderr, r.stderr
     _same_as_reference(run, reference)
 
 

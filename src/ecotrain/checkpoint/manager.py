@@ -3,6 +3,7 @@ newest valid one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -106,4 +107,29 @@ class CheckpointManager:
         for p in list_checkpoints(self.dir.parent):
             if p not in keep:
                 shutil.rmtree(p, ignore_errors=True)
+        for p in stale_temporaries(self.dir):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def stale_temporaries(folder: Path) -> list[Path]:
+    """`.tmp-step-N-PID` folders left by a process killed inside a save (write_checkpoint names them
+    by its pid): those whose process is gone. A live pid's folder may be a save in flight."""
+    out = []
+    for p in folder.glob(".tmp-step-*-*"):
+        pid = p.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            out.append(p)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 

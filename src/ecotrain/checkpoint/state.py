@@ -46,7 +46,9 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
     `copy`, tensors are copies, so a background writer may take its time while training goes on;
     a synchronous save writes before the next step and needs none."""
     window = torch.stack(state.window_losses).cpu() if state.window_losses else None  # this rank's own losses
-    ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict(), "window": window})
+    parts = {k: torch.stack(v).detach().cpu() for k, v in state.window_parts.items() if v}  # the loss terms' too
+    ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict(), "window": window,
+                                       "window_parts": parts})
     if state.dist.strategy == "fsdp":
         model_sd, optim_sd = sharded.model_optim_state(state.model, state.optimizer)
     else:
@@ -65,7 +67,7 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
         "position": state.position(),
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
                  "weights": state.best_weights},
-        "window_losses": window,
+        "window_losses": window, "window_parts": parts,
         "last_log": state.last_log, "last_eval": state.last_eval,
         "train_seconds": state.elapsed(),
         "config": state.config.to_dict(), "dataset_hash": dataset_hash,
@@ -101,7 +103,8 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_m
         state.optimizer.load_state_dict(whole["optimizer"])
     state.scheduler.load_state_dict(whole["scheduler"])
     state.precision.load_state_dict(whole["precision"])
-    mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"], "window": whole["window_losses"]}])
+    mine = (whole.get("ranks") or [{"rng": whole["rng"], "augment": whole["augment"], "window": whole["window_losses"],
+                                    "window_parts": whole.get("window_parts")}])
     mine = mine[state.dist.rank] if state.dist.rank < len(mine) else mine[0]
     augment.load_state_dict(mine["augment"])
     missing = cbs.load_state_dict(whole["callbacks"], where, allow_missing)
@@ -118,6 +121,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_m
         b["metric"], b["step"], b["evals_since"], b["weights"])
     wl = mine["window"]
     state.window_losses = list(wl.to(state.device).unbind()) if wl is not None else []
+    state.window_parts = {k: list(v.to(state.device).unbind()) for k, v in (mine.get("window_parts") or {}).items()}
     state.last_log, state.last_eval = whole["last_log"], whole["last_eval"]
     state.train_seconds, state.last_checkpoint = whole["train_seconds"], str(where)
     set_rng_state(mine["rng"])  # last: nothing above may draw random numbers after it

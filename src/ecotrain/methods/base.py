@@ -5,14 +5,15 @@ Every hook is optional; each is called from one visible line:
 
 | hook | called from | when |
 |---|---|---|
-| `transform(model) -> model` | `assemble.build_model` | after the model is built (and `--init-from` loaded), before the optimizer and the DDP/FSDP wrap; on fresh and resumed runs alike, so a resume restores the changed keys |
-| `param_groups(model) -> list[dict] or None` | `assemble.build_optimizer` | freezing and per-group LRs; None: the default groups |
-| `loss_terms(batch, outputs, state) -> {name: tensor}` | `objective.Objective` | every micro-batch; each term a mean over the micro-batch's units, like the task loss |
-| `data(source, sampler) -> (source, sampler)` | `assemble.build_data` | mixing, ordering, selection; the order must stay a function of (seed, epoch) |
+| `transform(model) -> model` | `assemble.make_model` | after the model is built (and `--init-from` loaded), before the optimizer and the DDP/FSDP wrap; on fresh and resumed runs alike, so a resume restores the changed keys |
+| `param_groups(model) -> list[dict] or None` | `assemble.assemble` → `optim.build_optimizer` | freezing and per-group LRs; None: the default groups |
+| `prepare_batch(x, y, state) -> (x, y)` | `objective.Objective.prepare`, one line in `loop.train_step` | the whole effective batch, before the micro-batches (selective backprop, progressive resizing) |
+| `loss_terms(batch, outputs, state) -> {name: tensor}` | `objective.Objective` | every micro-batch; each term a mean over the micro-batch's units, like the task loss; a `task_weight` attribute scales the task loss |
+| `data(source, sampler) -> (source, sampler)` | `assemble.make_sampler` | mixing, ordering, selection; the order must stay a function of (seed, epoch) |
 | `train_mode(model)` | `loop.set_train_mode` | after every `model.train()` (a BatchNorm freeze survives it) |
-| `eval_model(model) -> model` | `assemble.evaluate` and `finish` | the module whose weights are evaluated, kept as best and saved (EMA: the average) |
+| `eval_model(model) -> model` | `assemble.evaluate_split` | the module whose weights are evaluated, kept as best and saved (EMA: the average) |
 | `finalize(model, data)` | `finish.finish` | once, before the test and the saved weights (precise BN, pruning made permanent) |
-| `export(model) -> {name: tensor} or None` | `finish.finish` | what a version stores beside the full weights (adapters only) |
+| `export(model) -> {name: tensor} or None` | `finish.finish` | tensors for export.safetensors beside the full weights (replay's buffer, EWC's Fisher, QAT's int8 weights) |
 | `state_dict()` / `load_state_dict(sd)` | the checkpoint | keyed by the method's stable `key`, never by list position |
 
 A method that needs per-step work (EMA's update) also overrides `Callback` hooks; `Methods.callbacks`
