@@ -50,6 +50,14 @@ def cmd_lr_find(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{cfg.name}-lrfind.png"
     if out.is_dir():
         raise ConfigError(f"--out {out}: is a folder; give a file name such as {out}/lrfind.png")
+    # refused before the sweep, not when its results are written
+    if out.suffix.lower() == ".json":
+        raise ConfigError(f"--out {out}: the plot's path, and the curve goes beside it as .json; give a .png name")
+    if out.with_suffix(".json").is_dir():
+        raise ConfigError(f"--out {out}: the curve's path {out.with_suffix('.json')} is a folder; choose another --out")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ConfigError(f"--out {out}: {blocked} is a file, not a folder")
     result = range_test(cfg, args.steps, args.start, args.end, args.smooth, args.diverge)
     out.parent.mkdir(parents=True, exist_ok=True)
     from ecotrain.rundir import write_json

@@ -124,6 +124,9 @@ def fit_seeds(args, name: str, fit_one: Callable) -> int:
     group, runs = group_paths(prefix, seeds)
     if group.exists() and not group.is_file():
         raise ConfigError(f"{group}: exists and is not a file; choose another --run-dir")
+    blocked = next((p for p in group.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ConfigError(f"--run-dir {prefix}: {blocked} is a file, not a folder; choose another --run-dir")
     if not args.resume and not args.overwrite:  # refused now, not after the first seeds have trained
         for run_dir in runs:
             if holds_run(run_dir):

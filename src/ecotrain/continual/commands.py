@@ -123,8 +123,12 @@ def cmd_rollback(args) -> int:
 
 
 def cmd_review_queue(args) -> int:
+    from pathlib import Path
+
     from ecotrain.continual.review import review_queue
 
+    if Path(args.out).is_dir():  # else the finished queue would fail to replace it, after all the work
+        raise ConfigError(f"--out {args.out}: is a folder; give a .csv or .json file")
     n, path = review_queue(args.target, args.data, args.out, args.registry, args.top, args.label_map)
     print(f"wrote {n} examples to review to {path}")
     return 0

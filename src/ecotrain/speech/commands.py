@@ -36,8 +36,9 @@ def cmd_data(args) -> int:
     return 0
 
 
-def data_folder(cfg):
-    """The recipe's dataset, made (or found in its cache folder) from data.kwargs."""
+def data_folder(cfg, settings=None):
+    """The recipe's dataset, made (or found in its cache folder) from data.kwargs; `settings`' cohorts
+    are checked against the spec first, so a misspelt round costs no generation."""
     from pathlib import Path
 
     from ecotrain.errors import ConfigError
@@ -50,19 +51,28 @@ def data_folder(cfg):
     scale = kw.get("scale", 1.0)
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
         raise ConfigError(f"data.kwargs.scale: must be a number above 0 (got {scale!r})")
-    return load(generate(Path(folder), default_spec(cfg.seed, float(scale))))
+    spec = default_spec(cfg.seed, float(scale))
+    for c in [settings.base_cohort, *settings.rounds] if settings is not None else []:
+        if c not in spec.cohorts:
+            raise ConfigError(f"data.kwargs.feedback: cohort '{c}' is not in the data (cohorts: "
+                              f"{', '.join(sorted(spec.cohorts))})")
+    return load(generate(Path(folder), spec))
 
 
 def cmd_feedback(args) -> int:
     from pathlib import Path
 
     from ecotrain.config import load_config
+    from ecotrain.errors import ConfigError
     from ecotrain.speech.feedback import FeedbackSettings
     from ecotrain.speech.rounds import run, summary_figures, table
 
     cfg = load_config(Path(args.recipe), args.overrides)
     settings = FeedbackSettings.parse(cfg.data.kwargs.get("feedback"))
-    results = run(cfg, data_folder(cfg), settings, Path(args.out), quiet=not args.progress)
+    out = Path(args.out)
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):  # refused before any data or training
+        raise ConfigError(f"--out {out}: is a file or inside one; give a work folder (runs, registries, results.json)")
+    results = run(cfg, data_folder(cfg, settings), settings, out, quiet=not args.progress)
     print(table(results))
     for strategy in ("protected", "adapters"):
         fig = summary_figures(results, strategy)
@@ -70,5 +80,5 @@ def cmd_feedback(args) -> int:
             print(f"{strategy}: original voices' WER {fig['old_wer_rise'] * 100:+.1f} points, new voices' WER cut by "
                   f"{fig['new_wer_cut']:.0%}, wrong transcripts caught {fig['bad_caught']}/{fig['bad_total']} "
                   f"({fig['bad_by_checks']} by the label checks)")
-    print(f"results: {Path(args.out) / 'results.json'}")
+    print(f"results: {out / 'results.json'}")
     return 0
