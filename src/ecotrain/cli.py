@@ -101,7 +101,7 @@ def cmd_fit(args) -> int:
     from ecotrain.log import log
 
     cfg = load_config(args.recipe, args.overrides)
-    if getattr(args, "seeds", None):  # one run per seed, then a group file (sweep.py)
+    if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
         from ecotrain.sweep import fit_seeds
 
         return fit_seeds(args, cfg.name, cmd_fit)
@@ -127,6 +127,7 @@ def cmd_resume(args) -> int:
     from pathlib import Path
 
     from ecotrain.checkpoint import latest_valid
+    from ecotrain.checkpoint.manager import list_checkpoints
     from ecotrain.config import load_config
     from ecotrain.log import log
 
@@ -134,6 +135,9 @@ def cmd_resume(args) -> int:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
     ckpt = latest_valid(run_dir, log.warning)
+    if ckpt is None and list_checkpoints(run_dir):
+        raise CheckpointError(f"{run_dir}/checkpoints: no valid checkpoint (each was skipped above), so there is "
+                              f"nothing to resume; start again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
     if ckpt is None:
         raise CheckpointError(f"{run_dir}/checkpoints: empty or missing, so there is nothing to resume; start the run "
                               f"again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")

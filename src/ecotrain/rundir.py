@@ -30,11 +30,15 @@ def default_run_dir(name: str) -> Path:
 def atomic_write(path: Path, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a folder in the way: no half-written file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 
@@ -71,6 +75,13 @@ class RunFolder:
         path = Path(run_dir) if run_dir else Path(dist.broadcast_object(str(default_run_dir(name))))
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--run-dir {path}: is a file, not a folder; choose a folder path")
+        if path.is_symlink() and not path.exists():
+            raise ConfigError(f"--run-dir {path}: is a link to {os.readlink(path)}, which does not exist; "
+                              "create that folder or choose another path")
+        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise ConfigError(f"--run-dir {path}: {blocked} is a file, so no folder can be made under it; "
+                              "choose another path")
         ckpts = path / "checkpoints"
         if ckpts.exists() and not ckpts.is_dir():  # found before training, not at the first save
             raise CheckpointError(f"{ckpts}: is a file, so no checkpoint can be saved there; move it away")

@@ -568,9 +568,7 @@ CASES += [
          both(trained_run(), flip_byte(f"{STEP4}/tensors.safetensors")), absent=("new",)),
     Case("every_checkpoint_bit_flipped", ["resume", "{tmp}/run"], 3, ["checkpoints", "no valid checkpoint"],
          both(trained_run(), flip_byte(f"{STEP4}/tensors.safetensors"),
-              flip_byte("run/checkpoints/step-00000002/tensors.safetensors")),
-         xfail="cli.py:138 cmd_resume says 'checkpoints: empty or missing' when checkpoints exist but none is valid "
-               "(each was skipped with a warning); say 'no valid checkpoint' there"),
+              flip_byte("run/checkpoints/step-00000002/tensors.safetensors"))),
 ]
 
 
@@ -590,9 +588,7 @@ CASES += [
     Case("num_classes_below_the_labels", [*FIT, *NPZ, "data.num_classes=2", *RUN], 2,
          ["data.num_classes=2", "label 2", "from 0 to 1"], TRAIN_NPZ, absent=NO_RUN),
     Case("ewc_from_a_run_without_exports", [*FIT, *RUN, methods("{name: ewc, from: '{tmp}/src'}")], 2,
-         ["methods.ewc.from", "src", "trained with methods.ewc"], trained_run("src"), absent=NO_RUN,
-         xfail="methods/replay.py:78 run_file: a run folder without export.safetensors is told to 'give the previous "
-               "run folder', which it was; say the run was not trained with methods.ewc (as read_exported does)"),
+         ["methods.ewc.from", "src", "trained with methods.ewc"], trained_run("src"), absent=NO_RUN),
     Case("progressive_resize_on_cnn", ["fit", "{tmp}/cnn.yaml", *RUN, methods("{name: progressive_resize}")], 2,
          ["methods.progressive_resize", "cannot take inputs of length", "pools over the length"], CNN, absent=NO_RUN),
     Case("batch_ramp_without_lr_scaling", [*FIT, *RUN, methods("{name: batch_ramp}")], 2,
@@ -619,9 +615,7 @@ CASES += [
          absent=("run*",)),
     Case("seeds_with_a_seed_override", [*FIT, *RUN, "--seeds", "0", "seed=3"], 2,
          ["--seeds sets each run's seed", "seed=..."], absent=("run*",)),
-    Case("seeds_empty", [*FIT, *RUN, "--seeds", ""], 2, ["--seeds"], absent=("run*",),
-         xfail="cli.py:104 cmd_fit: `if getattr(args, 'seeds', None)` takes --seeds '' (an empty $SEEDS) as no "
-               "--seeds and trains one plain run; test `is not None` so parse_seeds refuses it"),
+    Case("seeds_empty", [*FIT, *RUN, "--seeds", ""], 2, ["--seeds"], absent=("run*",)),
     Case("seeds_run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/r", "--seeds", "0"], 2,
          ["--run-dir", "tiny.yaml is a file"]),
     Case("compare_group_not_json", ["compare", "{tmp}/a-group.json", "{tmp}/a-group.json"], 2,
@@ -718,10 +712,6 @@ CASES += [
                                  write("elsewhere/ckpts/user.txt", "mine"),
                                  symlink("run/checkpoints", "../elsewhere/ckpts")), may_change=("run/**",)),
     Case("run_dir_dangling_symlink", [*FIT, "--run-dir", "{tmp}/link", "--quiet"], 2, ["link"],
-         symlink("link", "gone"),
-         xfail="rundir.py:90 RunFolder.accept: a --run-dir that is a dangling symlink passes plan() (exists() is "
-               "False) and mkdir raises FileExistsError (a traceback); refuse it in plan()"),
-    Case("run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/run"], 2, ["tiny.yaml"],
-         xfail="rundir.py:90 RunFolder.accept: a --run-dir under a file passes plan() and mkdir raises "
-               "NotADirectoryError (a traceback, after the data is loaded); refuse it in plan()"),
+         symlink("link", "gone")),
+    Case("run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/run"], 2, ["tiny.yaml"]),
 ]

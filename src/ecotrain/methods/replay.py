@@ -80,6 +80,11 @@ def run_file(path: str | Path, where: str, name: str = "export.safetensors") -> 
 
 
 def exported_file(path: str | Path, where: str) -> Path:
+    p = Path(path)
+    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "export.safetensors").exists():
+        method = where.split(".")[1] if where.count(".") >= 2 else "this method"
+        raise ConfigError(f"{where}: {p} is a run folder without export.safetensors; was it trained with "
+                          f"methods.{method}? Give a run (or version) that was")
     return run_file(path, where)
 
 
