@@ -63,10 +63,15 @@ def holds_run(path: Path) -> list[str]:
     return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []
 
 
+LOCK = ".ecotrain.lock"  # held (flock) by the one process writing the folder; the kernel drops it at exit
+
+
 class RunFolder:
-    def __init__(self, path: Path, existed: bool, replace: list[str], is_main: bool):
+    def __init__(self, path: Path, existed: bool, replace: list[str], is_main: bool, fresh: bool = False):
         self.path, self.existed, self.replace, self.is_main = path, existed, replace, is_main
+        self.fresh = fresh  # neither resuming nor --overwrite: the folder must still hold no run when accepted
         self.accepted = False
+        self._lock_fd: Optional[int] = None
 
     @classmethod
     def plan(cls, run_dir, name: str, dist, resuming: bool, overwrite: bool) -> "RunFolder":
@@ -89,11 +94,13 @@ class RunFolder:
         if found and not resuming and not overwrite:
             raise ConfigError(f"{path}: already holds a run ({', '.join(found)}); continue it with `--resume auto` "
                               f"(or `ecotrain resume {path}`), choose a fresh --run-dir, or pass --overwrite to replace it")
-        return cls(path, path.exists(), found if overwrite and not resuming else [], dist.is_main)
+        return cls(path, path.exists(), found if overwrite and not resuming else [], dist.is_main,
+                   fresh=not resuming and not overwrite)
 
     def accept(self, config_dict: dict, metrics_offset: Optional[int] = None) -> None:
         """The start passed every check: only now is the folder written."""
         if self.is_main:
+            self._claim()
             for name in self.replace:  # --overwrite: the old run's files go, nothing else
                 p = self.path / name
                 # a link goes, never what it points to: that may be the user's folder elsewhere
@@ -104,8 +111,39 @@ class RunFolder:
                 truncate(self.path / "metrics.jsonl", metrics_offset)
         self.accepted = True
 
+    def _claim(self) -> None:
+        """One writer per run folder: a second `fit`/`resume` on it while the first runs is refused
+        (two processes appending to one metrics.jsonl and pruning each other's checkpoints lose work)."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            self.existed = True  # the other process's folder: never removed by this start's discard()
+            raise ConfigError(f"{self.path}: another ecotrain process (pid {holder}) is writing this run folder; "
+                              "wait for it to end, or choose another --run-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+        found = holds_run(self.path) if self.fresh else []
+        if found:  # another process made a run here after plan() looked
+            self.release()
+            self.existed = True
+            raise ConfigError(f"{self.path}: already holds a run ({', '.join(found)}), written while this one "
+                              "started; choose a fresh --run-dir")
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
+
     def discard(self) -> None:
         """A start that failed before it was accepted: remove the folder if this start made it."""
+        self.release()
         if self.is_main and not self.existed and self.path.is_dir():
             shutil.rmtree(self.path, ignore_errors=True)
 

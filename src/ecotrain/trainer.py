@@ -85,10 +85,13 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
         raise
     state = run.state
     try:
-        loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
-    except BaseException as exc:
-        run.cbs.on_exception(state, exc)
-        raise
-    if state.stopped_because == "preempted":
-        return RunResult(run.folder.path, preempted_summary(run), state.model, state)
-    return RunResult(run.folder.path, finish(run), state.model, state)
+        try:
+            loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
+        except BaseException as exc:
+            run.cbs.on_exception(state, exc)
+            raise
+        if state.stopped_because == "preempted":
+            return RunResult(run.folder.path, preempted_summary(run), state.model, state)
+        return RunResult(run.folder.path, finish(run), state.model, state)
+    finally:
+        run.folder.release()  # the run folder's one-writer lock

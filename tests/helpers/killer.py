@@ -79,3 +79,20 @@ class SigtermDuringEval(Callback):
             return original(model, source, *args, **kwargs)
 
         loop.evaluate = evaluate
+
+
+class PauseAt(Callback):
+    """At the end of step `step`: create `marker`, then wait (up to 120 s) until `release` exists, so a
+    test can act while this run holds its folder."""
+
+    def __init__(self, step: int, marker: str, release: str):
+        self.step, self.marker, self.release = step, marker, release
+
+    def on_step_end(self, state):
+        if state.step == self.step:
+            from pathlib import Path
+
+            Path(self.marker).touch()
+            deadline = time.monotonic() + 120
+            while not Path(self.release).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)

@@ -65,3 +65,29 @@ def test_time_figures_cover_every_segment(tmp_path):
     # before the fix the resumed run reported only its own empty segment (~1e-5 s)
     assert again["train_seconds"] >= first["train_seconds"] / 2
     assert again["steps_per_second"] <= first["steps_per_second"] * 2
+
+
+def test_two_processes_on_one_run_folder(tmp_path):
+    """While one `fit` trains into a folder, a second `fit --resume auto` or `--overwrite` on it is one
+    line (exit 2, naming the first's pid) and changes nothing; the first then finishes as if alone."""
+    marker, release, run = tmp_path / "paused", tmp_path / "go", tmp_path / "run"
+    recipe = _tiny(tmp_path, callbacks=f"[{{path: 'tests.helpers.killer:PauseAt', kwargs: {{step: 2, "
+                                         f"marker: '{marker}', release: '{release}'}}}}]")
+    first = subprocess.Popen([sys.executable, "-m", "ecotrain", "fit", str(recipe), "--run-dir", str(run), "--quiet"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), first.communicate()[1]
+        before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        for extra in (["--resume", "auto"], ["--overwrite"]):
+            r = run_cli("fit", recipe, "--run-dir", run, "--quiet", *extra)
+            assert r.returncode == 2, r.stderr
+            assert f"another ecotrain process (pid {first.pid})" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    finally:
+        release.touch()
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4

@@ -160,3 +160,24 @@ def test_lock_timeout_names_the_holder(tmp_path):
         p.wait()
     with Registry(root).locked(timeout=5):  # the kernel released the dead holder's lock
         pass
+
+
+def test_promote_on_a_full_disk_changes_nothing(tmp_path):
+    """A real write failure from the OS (RLIMIT_FSIZE -> EFBIG, as a full disk) during `ecotrain promote`:
+    one line, a non-zero exit, index.json byte for byte as it was, no temporary file left."""
+    reg = Registry(tmp_path / "reg")
+    v1 = _commit(reg, 1)
+    v2 = _commit(reg, 2, "rejected", parent=v1)
+    def files():  # registry.lock holds the last holder's pid: it changes by design
+        return {p.name: p.read_bytes() for p in (tmp_path / "reg").iterdir() if p.is_file() and p.suffix != ".lock"}
+
+    before = files()
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64));"
+            "from ecotrain.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "promote", v2, "--registry", str(tmp_path / "reg")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "index.json" in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert files() == before and reg.index()["current"] == v1

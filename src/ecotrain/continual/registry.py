@@ -103,8 +103,12 @@ class Registry:
         return self.index()
 
     def write_index(self, idx: dict) -> None:
-        """Call under `locked()`."""
-        write_json(self.index_path, idx)
+        """Call under `locked()`. Atomic: a failed write (a full or read-only disk) leaves the old index."""
+        try:
+            write_json(self.index_path, idx)
+        except OSError as exc:
+            raise CheckpointError(f"{self.index_path}: could not be written ({exc.strerror or exc}); the registry "
+                                  "is unchanged: free the disk, then run the command again") from None
 
     def resolve(self, name: str) -> str:
         """A version name, or `current`, to an existing version's name."""
