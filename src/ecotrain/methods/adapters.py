@@ -28,6 +28,7 @@ may underfit a real shift. Cost: r * (in + out) parameters per targeted layer; t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -44,6 +45,10 @@ PREFIX = "base_model.model."  # PeftModel's key prefix: files load with PeftMode
 
 
 def _peft():
+    # PEFT imports torchao when installed, whose import logs the optional kernels it cannot load and a
+    # torch deprecation per Enum: not the user's to act on (as methods/qat.py)
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         import peft
     except ImportError:
