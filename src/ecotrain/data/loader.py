@@ -86,6 +86,7 @@ class Feed:
                 t = clock()
                 try:
                     idx, x, y = next(it)
+                    idx = torch.as_tensor(idx)
                 except StopIteration:
                     return
                 except EcotrainError:
@@ -155,7 +156,9 @@ class _EpochBatches:
     def __iter__(self):
         epoch = self.epoch
         for idx in self.sampler.batches(epoch, self.start):
-            yield epoch, idx
+            # a list, not a tensor: a tensor crosses to a worker (and back) as a shared-memory file
+            # descriptor, a socket handshake each way that cost the loop ~5 ms a batch
+            yield epoch, idx.tolist()
 
 
 class _TakeBatch(torch.utils.data.Dataset):
@@ -170,11 +173,11 @@ class _TakeBatch(torch.utils.data.Dataset):
     def __getitems__(self, tagged):
         epoch, idx = tagged
         with item_seeds(self.seed, epoch):
-            x, y = self.source.take(idx)
-        return idx, x, y
+            x, y = self.source.take(torch.as_tensor(idx))
+        return idx, x, y  # idx goes back as the list it came as (see _EpochBatches)
 
     def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
-        return self.__getitems__((0, torch.tensor([i])))
+        return self.__getitems__((0, [i]))
 
 
 def _identity(batch):
