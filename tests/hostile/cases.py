@@ -667,7 +667,8 @@ CASES += [
          registry()),
     Case("versions_show_dotdot", ["versions", "show", "../x", *REG], 2, ["'../x'", "not a version name"],
          absent=("reg",)),
-    Case("versions_list_makes_no_registry", ["versions", *REG], 0, ["no versions yet"], absent=("reg",)),
+    Case("versions_of_a_missing_registry", ["versions", *REG], 2, ["reg", "no registry here", "versions add RUN"],
+         absent=("reg",)),
     Case("review_queue_out_is_a_folder", ["review-queue", "{tmp}/run", "{tmp}/new.npz", "--out", "{tmp}/q.csv"], 2,
          ["--out", "q.csv", "is a folder"], both(trained_run(), NEW_DATA, write("q.csv/x", "")), absent=(".q.csv*",)),
 ]

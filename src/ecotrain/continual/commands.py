@@ -104,7 +104,7 @@ def cmd_versions(args) -> int:
                                           "metrics", "drift", "labels")}
         print(json.dumps({"version": name, **reg.index()["versions"][name], **shown}, indent=2))
         return 0
-    print(format_table(reg.index()))
+    print(format_table(reg.existing_index()))  # a mistyped --registry is an error, not an empty list
     return 0
 
 
