@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.hostile import cases_commands
 from tests.hostile.cases import CASES, TINY, Case, by_id, fill, is_root
+
+ALL = CASES + cases_commands.CASES  # cases.py holds the harness and the first families
 
 pytestmark = pytest.mark.hostile
 
@@ -80,11 +83,11 @@ def run_main(*args, cwd: Path, env: dict, timeout=None) -> subprocess.CompletedP
 
 
 def test_case_ids_are_unique():
-    assert len(by_id()) == len(CASES)
+    assert len(by_id(ALL)) == len(ALL)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=c.xfail, strict=True)) if c.xfail
-                                  else c for c in CASES], ids=[c.id for c in CASES])
+                                  else c for c in ALL], ids=[c.id for c in ALL])
 def test_hostile(case: Case, tmp_path: Path):
     if case.needs_non_root and is_root():
         pytest.skip("runs as root, which reads any file whatever its permissions")

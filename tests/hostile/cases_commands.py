@@ -1,0 +1,163 @@
+"""The hostile corpus, second part: every method's inputs, and the commands added with the methods
+engine (fit --seeds, lr-find, the registry's update/versions/promote/rollback/review-queue, the speech
+example), and run folders behind symlinks. The harness and the first families are in cases.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tests.hostile.cases import (FIT, NO_RUN, NPZ, RUN, TINY, TRAIN_NPZ, Case, both, npz, trained_run,
+                                 write)
+
+CASES: list[Case] = []
+
+
+# ---- methods: what each method reads (from, teacher, reference) and the models it fits ----
+def methods(*entries: str) -> str:
+    return f"methods=[{', '.join(entries)}]"
+
+
+MLP_MODEL = "{name: mlp, kwargs: {hidden: [16]}}"
+CNN = write("cnn.yaml", TINY.replace(MLP_MODEL, "{name: cnn, kwargs: {channels: 8}}"))
+RESNET = write("resnet.yaml", TINY.replace(MLP_MODEL, "{name: resnet, kwargs: {widths: [8]}}"))
+CASES += [
+    Case("replay_from_missing", [*FIT, *RUN, methods("{name: replay, from: '{tmp}/nope'}")], 2,
+         ["methods.replay.from", "nope", "not found"], absent=NO_RUN),
+    Case("adapters_target_matches_nothing", [*FIT, *RUN, methods("{name: adapters, target_modules: [nope]}")], 2,
+         ["methods.adapters.target_modules", "nope", "net.0"], absent=NO_RUN),
+    Case("num_classes_below_the_labels", [*FIT, *NPZ, "data.num_classes=2", *RUN], 2,
+         ["data.num_classes=2", "label 2", "from 0 to 1"], TRAIN_NPZ, absent=NO_RUN),
+    Case("ewc_from_a_run_without_exports", [*FIT, *RUN, methods("{name: ewc, from: '{tmp}/src'}")], 2,
+         ["methods.ewc.from", "src", "trained with methods.ewc"], trained_run("src"), absent=NO_RUN),
+    Case("progressive_resize_on_cnn", ["fit", "{tmp}/cnn.yaml", *RUN, methods("{name: progressive_resize}")], 2,
+         ["methods.progressive_resize", "cannot take inputs of length", "pools over the length"], CNN, absent=NO_RUN),
+    Case("batch_ramp_without_lr_scaling", [*FIT, *RUN, methods("{name: batch_ramp}")], 2,
+         ["'methods.0.batch_ramp.lr_scaling'", "Field required"], absent=NO_RUN),
+    Case("curriculum_reference_missing", [*FIT, *RUN, methods("{name: curriculum, reference: '{tmp}/nope'}")], 2,
+         ["methods.curriculum.reference", "nope", "not a folder"], absent=NO_RUN),
+    Case("distill_teacher_missing", [*FIT, *RUN, methods("{name: distill, teacher: '{tmp}/nope'}")], 2,
+         ["methods.distill.teacher", "nope", "not found"], absent=NO_RUN),
+    Case("distill_cache_with_augment", [*FIT, *RUN, "data.augment.noise=0.1", methods("{name: distill, teacher: "
+                                                                                     "'{tmp}/src'}")], 2,
+         ["methods.distill.cache", "data.augment", "cache: false"], trained_run("src"), absent=NO_RUN),
+    Case("qat_on_a_conv_layer", ["fit", "{tmp}/cnn.yaml", *RUN, methods("{name: qat, modules: ['conv*']}")], 2,
+         ["methods.qat.modules", "'conv1' is a Conv1d", "nn.Linear only"], CNN, absent=NO_RUN),
+    Case("prune_structured_on_resnet", ["fit", "{tmp}/resnet.yaml", *RUN, methods("{name: prune, kind: structured}")],
+         2, ["methods.prune kind=structured", "ResNet1d", "kind: unstructured"], RESNET, absent=NO_RUN),
+]
+
+
+# ---- commands: fit --seeds and group files (sweep.py), lr-find's options and --out (lrfind.py) ----
+LR_FIND = ["lr-find", "{tmp}/tiny.yaml", "--steps", "10", "--out"]
+NO_LR = ("lr.*", ".lr.*", "runs")
+CASES += [
+    Case("seeds_not_numbers", [*FIT, *RUN, "--seeds", "1,x"], 2, ["--seeds '1,x'", "0,1,2 or 0-4"],
+         absent=("run*",)),
+    Case("seeds_with_a_seed_override", [*FIT, *RUN, "--seeds", "0", "seed=3"], 2,
+         ["--seeds sets each run's seed", "seed=..."], absent=("run*",)),
+    Case("seeds_empty", [*FIT, *RUN, "--seeds", ""], 2, ["--seeds"], absent=("run*",)),
+    Case("seeds_run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/r", "--seeds", "0"], 2,
+         ["--run-dir", "tiny.yaml is a file"]),
+    Case("compare_group_not_json", ["compare", "{tmp}/a-group.json", "{tmp}/a-group.json"], 2,
+         ["a-group.json", "not a readable group file"], write("a-group.json", "{nope")),
+    Case("lr_find_too_few_steps", ["lr-find", "{tmp}/tiny.yaml", "--steps", "3", "--out", "{tmp}/lr.png"], 2,
+         ["--steps 3", "at least 10"], absent=NO_LR),
+    Case("lr_find_out_is_a_folder", [*LR_FIND, "{tmp}/d"], 2, ["--out", "is a folder", "lrfind.png"],
+         write("d/x", ""), absent=NO_LR),
+    Case("lr_find_out_inside_a_file", [*LR_FIND, "{tmp}/tiny.yaml/lr.png"], 2, ["--out", "tiny.yaml is a file"]),
+    Case("lr_find_curve_path_is_a_folder", [*LR_FIND, "{tmp}/lr.png"], 2, ["lr.json is a folder", "another --out"],
+         write("lr.json/x", ""), absent=("lr.png", ".lr.*")),
+    Case("lr_find_out_is_json", [*LR_FIND, "{tmp}/lr.json"], 2, ["--out", "lr.json", ".png"], absent=NO_LR),
+]
+
+
+# ---- the continual registry: update, versions, promote, rollback, review-queue (continual/commands.py) ----
+_REGISTRY: dict[str, Path] = {}
+
+
+def registry(name: str = "reg") -> Callable[[Path], None]:
+    """A registry at tmp/name with one version, v0001 (current): a tiny run added by `versions add` once a
+    session (the real CLI, in a subprocess) and copied into each case's folder."""
+    def setup(tmp: Path) -> None:
+        import atexit
+        import tempfile
+
+        from tests.conftest import run_cli
+
+        if "reg" not in _REGISTRY:
+            home = Path(tempfile.mkdtemp(prefix="ecotrain-hostile-reg-"))
+            atexit.register(shutil.rmtree, home, True)
+            trained_run()(home)
+            r = run_cli("versions", "add", home / "run", "--registry", home / "reg", cwd=home)
+            assert r.returncode == 0, r.stderr
+            _REGISTRY["reg"] = home / "reg"
+        shutil.copytree(_REGISTRY["reg"], tmp / name)
+    return setup
+
+
+REG = ["--registry", "{tmp}/reg"]
+NEW_DATA = npz("new.npz", x=np.zeros((20, 64), np.float32), y=np.arange(20) % 10)
+CASES += [
+    Case("update_without_registry", ["update", "current", "{tmp}/new.npz", *REG], 2,
+         ["reg", "no registry here", "versions add"], NEW_DATA, absent=("reg",)),
+    Case("update_base_with_dotdot", ["update", "../v0001", "{tmp}/new.npz", *REG], 2,
+         ["'../v0001'", "not a version name"], NEW_DATA, absent=("reg",)),
+    Case("rollback_without_registry", ["rollback", *REG], 2, ["reg", "no registry here"], absent=("reg",)),
+    Case("promote_a_missing_version", ["promote", "v0007", *REG], 2, ["no version v0007", "versions: v0001"],
+         registry()),
+    Case("versions_show_dotdot", ["versions", "show", "../x", *REG], 2, ["'../x'", "not a version name"],
+         absent=("reg",)),
+    Case("versions_of_a_missing_registry", ["versions", *REG], 2, ["reg", "no registry here", "versions add RUN"],
+         absent=("reg",)),
+    Case("review_queue_out_is_a_folder", ["review-queue", "{tmp}/run", "{tmp}/new.npz", "--out", "{tmp}/q.csv"], 2,
+         ["--out", "q.csv", "is a folder"], both(trained_run(), NEW_DATA, write("q.csv/x", "")), absent=(".q.csv*",)),
+]
+
+
+# ---- speech (speech/commands.py): refused before any espeak-ng generation or training ----
+SPEECH_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "speech_feedback.yaml"
+SPEECH = write("speech.yaml", SPEECH_RECIPE.read_text())
+FEEDBACK = ["speech-feedback", "{tmp}/speech.yaml", "--out", "{tmp}/out", "data.kwargs.folder={tmp}/sd"]
+NO_SPEECH = ("sd", "out")
+CASES += [
+    Case("speech_data_out_is_a_file", ["data", "speech-digits", "--out", "{tmp}/tiny.yaml"], 2,
+         ["tiny.yaml", "not a folder", "another --out"]),
+    Case("speech_feedback_wrong_fraction_above_one", [*FEEDBACK, "data.kwargs.feedback.wrong_fraction=2"], 2,
+         ["data.kwargs.feedback.wrong_fraction", "between 0 and 1"], SPEECH, absent=NO_SPEECH),
+    Case("speech_feedback_unknown_round", [*FEEDBACK, "data.kwargs.feedback.rounds=[accent_fr]"], 2,
+         ["cohort 'accent_fr'", "not in the data", "accent_de"], SPEECH, absent=NO_SPEECH),
+    Case("speech_feedback_out_is_a_file", [*FEEDBACK[:3], "{tmp}/tiny.yaml", *FEEDBACK[4:]], 2,
+         ["--out", "tiny.yaml", "is a file"], SPEECH, absent=NO_SPEECH),
+]
+
+
+# ---- run folders behind symlinks: the user's files there, and elsewhere, are never lost (rundir.py) ----
+def symlink(name: str, target: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        os.symlink(target, tmp / name)
+    return setup
+
+
+def move(src: str, dst: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(tmp / src, tmp / dst)
+    return setup
+
+
+CASES += [
+    Case("run_dir_symlink_to_a_users_folder", [*FIT, "--run-dir", "{tmp}/link", "--quiet"], 0, ["test_accuracy"],
+         both(write("mine/notes.txt", "my notes"), symlink("link", "mine"))),
+    Case("overwrite_keeps_a_symlinked_checkpoints_target", [*FIT, *RUN, "--overwrite", "--quiet"], 0,
+         ["test_accuracy"], both(trained_run(), move("run/checkpoints", "elsewhere/ckpts"),
+                                 write("elsewhere/ckpts/user.txt", "mine"),
+                                 symlink("run/checkpoints", "../elsewhere/ckpts")), may_change=("run/**",)),
+    Case("run_dir_dangling_symlink", [*FIT, "--run-dir", "{tmp}/link", "--quiet"], 2, ["link"],
+         symlink("link", "gone")),
+    Case("run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/run"], 2, ["tiny.yaml"]),
+]
