@@ -135,11 +135,9 @@ def cmd_resume(args) -> int:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
     ckpt = latest_valid(run_dir, log.warning)
-    if ckpt is None and list_checkpoints(run_dir):
-        raise CheckpointError(f"{run_dir}/checkpoints: no valid checkpoint (each was skipped above), so there is "
-                              f"nothing to resume; start again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
     if ckpt is None:
-        raise CheckpointError(f"{run_dir}/checkpoints: empty or missing, so there is nothing to resume; start the run "
+        why = "no valid checkpoint (each was skipped above)" if list_checkpoints(run_dir) else "empty or missing"
+        raise CheckpointError(f"{run_dir}/checkpoints: {why}, so there is nothing to resume; start the run "
                               f"again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
     cfg = load_config(run_dir / "config.yaml", args.overrides)
     log.info(f"resuming from {ckpt}")

@@ -55,7 +55,9 @@ def cmd_lr_find(args) -> int:
         raise ConfigError(f"--out {out}: the plot's path, and the curve goes beside it as .json; give a .png name")
     if out.with_suffix(".json").is_dir():
         raise ConfigError(f"--out {out}: the curve's path {out.with_suffix('.json')} is a folder; choose another --out")
-    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    from ecotrain.rundir import file_in_the_way
+
+    blocked = file_in_the_way(out)
     if blocked is not None:
         raise ConfigError(f"--out {out}: {blocked} is a file, not a folder")
     result = range_test(cfg, args.steps, args.start, args.end, args.smooth, args.diverge)

@@ -28,7 +28,7 @@ class Objective:
         self.task, self.methods = task, methods
         # a method may weight the task loss (distillation: 1 - alpha); the product of every `task_weight`
         self.task_weight = math.prod(float(getattr(m, "task_weight", 1.0)) for m in getattr(methods, "methods", ()))
-        self.has_terms = methods.has_loss_terms or self.task_weight != 1.0  # a weight alone takes the full path
+        self.plain = not methods.has_loss_terms and self.task_weight == 1.0  # the task loss alone
         self.batch_methods = [m for m in getattr(methods, "methods", ()) if callable(getattr(m, "prepare_batch", None))]
 
     def prepare(self, state, x, y):
@@ -42,7 +42,7 @@ class Objective:
         micro-batch is the whole effective batch."""
         out = model(x)
         loss = normalized_loss(self.task, out, y, total_units)
-        if not self.has_terms:  # the common case: nothing else per step
+        if self.plain:  # the common case: nothing else per step
             return loss, None
         terms = self.methods.loss_terms((x, y), out, state)
         share = 1.0 if total_units is None else self.task.units(y) / total_units

@@ -58,6 +58,11 @@ def write_config(run_dir: Path, config_dict: dict) -> None:
     atomic_write(run_dir / "config.yaml", yaml.safe_dump(config_dict, sort_keys=False).encode())
 
 
+def file_in_the_way(path: Path) -> Optional[Path]:
+    """The first existing folder of `path`'s parents that is a file: nothing can be made under it."""
+    return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+
+
 def holds_run(path: Path) -> list[str]:
     """The run files in `path` (none: the folder is free to use)."""
     return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []
@@ -83,7 +88,7 @@ class RunFolder:
         if path.is_symlink() and not path.exists():
             raise ConfigError(f"--run-dir {path}: is a link to {os.readlink(path)}, which does not exist; "
                               "create that folder or choose another path")
-        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        blocked = file_in_the_way(path)
         if blocked is not None:
             raise ConfigError(f"--run-dir {path}: {blocked} is a file, so no folder can be made under it; "
                               "choose another path")

@@ -110,7 +110,7 @@ def fit_seeds(args, name: str, fit_one: Callable) -> int:
     import argparse
 
     from ecotrain.log import log
-    from ecotrain.rundir import default_run_dir, holds_run
+    from ecotrain.rundir import default_run_dir, file_in_the_way, holds_run
 
     seeds = parse_seeds(args.seeds)
     if any(o.split("=", 1)[0].strip() == "seed" for o in args.overrides):
@@ -124,7 +124,7 @@ def fit_seeds(args, name: str, fit_one: Callable) -> int:
     group, runs = group_paths(prefix, seeds)
     if group.exists() and not group.is_file():
         raise ConfigError(f"{group}: exists and is not a file; choose another --run-dir")
-    blocked = next((p for p in group.parents if p.exists() and not p.is_dir()), None)
+    blocked = file_in_the_way(group)
     if blocked is not None:
         raise ConfigError(f"--run-dir {prefix}: {blocked} is a file, not a folder; choose another --run-dir")
     if not args.resume and not args.overwrite:  # refused now, not after the first seeds have trained

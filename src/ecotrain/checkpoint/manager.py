@@ -59,6 +59,7 @@ class CheckpointManager:
         self.best: Optional[Path] = None
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._swept = False  # the temporary folders of killed saves are removed at the first save
 
     def save(self, step: int, tensors: dict, meta: dict, is_best: bool = False, shards=None, dist=None) -> Path:
         self.wait()  # one save in flight at a time; also surfaces a failed background save
@@ -107,8 +108,10 @@ class CheckpointManager:
         for p in list_checkpoints(self.dir.parent):
             if p not in keep:
                 shutil.rmtree(p, ignore_errors=True)
-        for p in stale_temporaries(self.dir):
-            shutil.rmtree(p, ignore_errors=True)
+        if not self._swept:  # once: only a process that died before this one can have left them
+            self._swept = True
+            for p in stale_temporaries(self.dir):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def stale_temporaries(folder: Path) -> list[Path]:

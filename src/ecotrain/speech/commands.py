@@ -70,7 +70,9 @@ def cmd_feedback(args) -> int:
     cfg = load_config(Path(args.recipe), args.overrides)
     settings = FeedbackSettings.parse(cfg.data.kwargs.get("feedback"))
     out = Path(args.out)
-    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):  # refused before any data or training
+    from ecotrain.rundir import file_in_the_way
+
+    if (out.exists() and not out.is_dir()) or file_in_the_way(out):  # refused before any data or training
         raise ConfigError(f"--out {out}: is a file or inside one; give a work folder (runs, registries, results.json)")
     results = run(cfg, data_folder(cfg, settings), settings, out, quiet=not args.progress)
     print(table(results))
