@@ -27,7 +27,12 @@ def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
     """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss
     (and leaves the summed named loss terms in `state.loss_parts` when methods add any)."""
     model, prec, dist, objective = state.model, state.precision, state.dist, state.objective
-    total_units = state.task.units(y) if n_micro > 1 else None
+    if n_micro == 1:  # the common case: one forward and backward; DDP/FSDP sync as usual
+        with prec.autocast():
+            loss, state.loss_parts = objective(model, x, y, None, state)
+        prec.backward(loss)
+        return loss.detach()
+    total_units = state.task.units(y)
     loss_sum = parts_sum = None
     for i, (xm, ym) in enumerate(micro_batches(x, y, n_micro)):
         with dist.grad_sync(model, last=i == n_micro - 1):  # DDP/FSDP: all-reduce on the last only
@@ -44,7 +49,8 @@ def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
 def train_step(state, x, y, cbs) -> None:
     model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
     n_micro = state.counters.micro_batches or loop_cfg.accumulate  # raised by OOM recovery
-    x, y = state.objective.prepare(state, x, y)  # methods' batch changes (resize, selective backprop)
+    if state.objective.batch_methods:
+        x, y = state.objective.prepare(state, x, y)  # methods' batch changes (resize, selective backprop)
     try:
         loss_sum = backward_micro_batches(state, x, y, n_micro)
     except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)
@@ -99,7 +105,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                 train_step(state, x, y, cbs)
                 state.step += 1
                 state.batch_in_epoch += 1
-                state.samples_seen += len(idx)
+                state.samples_seen += idx.shape[0]
                 if per_step_schedule:
                     state.scheduler.step()
                 state.window_losses.append(state.loss)  # summed at log time: no tensor op per step
@@ -156,12 +162,15 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
-    units = 0
-    for start in range(0, len(source), batch_size):
-        x, y = source.take(torch.arange(start, min(start + batch_size, len(source))))
-        x, y = x.to(device), y.to(device)
-        ctx = precision.autocast() if precision else torch.autocast(device.type, enabled=False)
-        with ctx:
+    units, n = 0, len(source)
+    take_range = getattr(source, "take_range", None)  # in-memory arrays: contiguous views, no gather
+    to_device = device.type != "cpu"
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        x, y = take_range(start, stop) if take_range else source.take(torch.arange(start, stop))
+        if to_device:
+            x, y = x.to(device), y.to(device)
+        with precision.autocast() if precision else torch.autocast(device.type, enabled=False):
             out = model(x)
         batch = {"loss": task.loss(out, y, "sum"), **task.metric_sums(out, y)}
         for k, v in batch.items():

@@ -9,12 +9,17 @@ seeding is for.
 - `torch.use_deterministic_algorithms(True, warn_only=True)`: deterministic kernels where torch
   has them, a warning (not an error) for an op that has none;
 - `torch.backends.cudnn.benchmark = False`: no autotuning that picks kernels by timing;
+- `torch.utils.deterministic.fill_uninitialized_memory = False`: torch's deterministic mode would
+  otherwise fill every new tensor's memory with NaN before an op writes it, which guards only against
+  an op that reads memory it never wrote. On a small model that fill is ~20% of a CPU training
+  step (bench/overhead.py); every op ecotrain and torch run writes its outputs, and the resume
+  tests compare runs bit for bit with it off;
 - `CUBLAS_WORKSPACE_CONFIG=":4096:8"` in `os.environ`, unless already set (deterministic cuBLAS
   needs it; CUDA reads it when cuBLAS is first used, so set it yourself before any CUDA work when it
   matters);
 
 and on exit, normal or by an exception, it restores every one of them to what it was on entry:
-the two deterministic flags, `cudnn.benchmark`, and the environment variable (removed again if it
+the two deterministic flags, the fill flag, `cudnn.benchmark`, and the environment variable (removed again if it
 was not set before). With `enabled=False` it changes nothing. `fit()` runs inside it, so a Python
 API user's process-global flags are the same after `fit()` as before.
 
@@ -50,6 +55,17 @@ def _get_flags() -> tuple[bool, bool]:
     return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
 
 
+def _get_fill() -> bool | None:
+    getter = getattr(torch._C, "_get_deterministic_fill_uninitialized_memory", None)
+    return getter() if getter else None
+
+
+def _set_fill(fill: bool | None) -> None:
+    setter = getattr(torch._C, "_set_deterministic_fill_uninitialized_memory", None)
+    if setter and fill is not None:
+        setter(fill)
+
+
 def _set_flags(mode: bool, warn_only: bool) -> None:
     """`torch.use_deterministic_algorithms` without its import of torch._inductor (see the module doc)."""
     setter = getattr(torch._C, "_set_deterministic_algorithms", None)
@@ -65,19 +81,21 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    flags, benchmark = _get_flags(), torch.backends.cudnn.benchmark
+    flags, fill, benchmark = _get_flags(), _get_fill(), torch.backends.cudnn.benchmark
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     inductor = sys.modules.get("torch._inductor.config")
     inductor_prev = getattr(inductor, "deterministic", None) if inductor is not None else None
     try:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
         _set_flags(True, warn_only=True)
+        _set_fill(False)  # the NaN fill of new tensors: ~20% of a small CPU step (module doc)
         if inductor is not None:
             inductor.deterministic = True
         torch.backends.cudnn.benchmark = False
         yield
     finally:
         _set_flags(*flags)
+        _set_fill(fill)
         if inductor is not None:
             inductor.deterministic = inductor_prev
         torch.backends.cudnn.benchmark = benchmark

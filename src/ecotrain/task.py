@@ -21,7 +21,8 @@ class ClassificationTask:
         return y.shape[0]
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        return F.cross_entropy(out.float(), y, reduction=reduction, label_smoothing=self.label_smoothing)
+        out = out if out.dtype == torch.float32 else out.float()  # fp32 softmax under autocast
+        return F.cross_entropy(out, y, reduction=reduction, label_smoothing=self.label_smoothing)
 
     def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"accuracy": (out.argmax(-1) == y).sum()}

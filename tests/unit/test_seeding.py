@@ -16,7 +16,8 @@ from ecotrain.seeding import deterministic_algorithms, seed_everything
 
 def flags():
     return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+            torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            torch.utils.deterministic.fill_uninitialized_memory)
 
 
 @pytest.fixture
@@ -25,9 +26,11 @@ def clean_flags(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.benchmark = False
+    torch.utils.deterministic.fill_uninitialized_memory = True  # torch's default
     yield
     torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     torch.backends.cudnn.benchmark = before[2]
+    torch.utils.deterministic.fill_uninitialized_memory = before[4]
 
 
 def test_seed_everything_repeats_every_generator():
@@ -46,30 +49,30 @@ def test_seed_everything_repeats_every_generator():
 def test_flags_set_inside_and_restored_after(clean_flags):
     torch.backends.cudnn.benchmark = True
     with deterministic_algorithms(True):
-        assert flags() == (True, True, False, ":4096:8")
-    assert flags() == (False, False, True, None), "the env var must be removed again: it was not set before"
+        assert flags() == (True, True, False, ":4096:8", False)  # no NaN fill of new tensors: ~20% of a step
+    assert flags() == (False, False, True, None, True), "the env var must be removed again: it was not set before"
 
 
 def test_restored_after_an_exception(clean_flags):
     with pytest.raises(RuntimeError, match="boom"):
         with deterministic_algorithms(True):
             raise RuntimeError("boom")
-    assert flags() == (False, False, False, None)
+    assert flags() == (False, False, False, None, True)
 
 
 def test_previous_values_are_kept(clean_flags, monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     torch.use_deterministic_algorithms(True)  # strict (warn_only=False) before
     with deterministic_algorithms(True):
-        assert flags() == (True, True, False, ":16:8")  # a user's own setting is not overwritten
-    assert flags() == (True, False, False, ":16:8")
+        assert flags() == (True, True, False, ":16:8", False)  # a user's own setting is not overwritten
+    assert flags() == (True, False, False, ":16:8", True)
 
 
 def test_disabled_changes_nothing(clean_flags):
     torch.backends.cudnn.benchmark = True
     with deterministic_algorithms(False):
-        assert flags() == (False, False, True, None)
-    assert flags() == (False, False, True, None)
+        assert flags() == (False, False, True, None, True)
+    assert flags() == (False, False, True, None, True)
 
 
 def test_inductor_flag_follows_when_inductor_is_loaded(clean_flags):

@@ -63,7 +63,7 @@ class Feed:
                 else:
                     x, y = take(idx)
                 wait += clock() - t
-                samples += len(idx)
+                samples += idx.shape[0]
                 count += 1
                 if count == WINDOW_BATCHES:  # the figures every window: no per-step bookkeeping
                     self._account(wait, samples, count)
