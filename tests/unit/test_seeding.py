@@ -49,7 +49,7 @@ def test_seed_everything_repeats_every_generator():
 def test_flags_set_inside_and_restored_after(clean_flags):
     torch.backends.cudnn.benchmark = True
     with deterministic_algorithms(True):
-        assert flags() == (True, True, False, ":4096:8", False)  # no NaN fill of new tensors: ~20% of a step
+        assert flags() == (True, True, False, ":4096:8", False)  # no NaN fill of new tensors (seeding.py)
     assert flags() == (False, False, True, None, True), "the env var must be removed again: it was not set before"
 
 
