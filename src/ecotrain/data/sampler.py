@@ -21,10 +21,8 @@ class EpochSampler:
         return torch.randperm(self.n, generator=g)
 
     def batches(self, epoch: int, start: int = 0):
-        """Index tensors for batches `start, start+1, ...` of `epoch`."""
-        order = self.order(epoch)
-        for b in range(start, len(self)):
-            yield order[b * self.batch_size : (b + 1) * self.batch_size]
+        """Index tensors for batches `start, start+1, ...` of `epoch` (views of one permutation)."""
+        return self.order(epoch).split(self.batch_size)[start:]
 
 
 class WindowSampler:
