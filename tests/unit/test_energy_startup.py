@@ -67,21 +67,3 @@ def test_grid_data_read_directly_matches_codecarbons():
 
     assert energy.world_average() == float(DataSource().get_carbon_intensity_per_source_data()["world_average"])
     assert energy._energy_mix() == DataSource().get_global_energy_mix_data()
-
-
-def test_a_deferred_launch_still_counts_from_start():
-    m = meter()
-    m.start(launch=False)  # the ledger's way: the run counts from here, the thread starts after step 1
-    assert m._thread is None
-    time.sleep(0.3)
-    m.launch()
-    e = m.stop()
-    assert e["kwh"] is not None and e["kwh"] > 0
-    assert e["startup_seconds"] >= 0.3  # the seconds before the launch are in the estimated start-up
-
-
-def test_a_run_that_ends_before_the_launch_still_gets_a_figure():
-    m = meter()
-    m.start(launch=False)
-    e = m.stop()  # never launched: stop() launches and waits
-    assert e["kwh"] is not None and "CodeCarbon was up only after the run" in e["how"]

@@ -10,9 +10,7 @@ since then at its last power reading: an estimate between samples, never a new m
 line costs a few attribute reads. The final figure is CodeCarbon's own total at `stop()`.
 
 CodeCarbon takes over a second to start (hardware probes: a py-cpuinfo subprocess, pandas for its
-TDP table), so it runs in a background thread and training does not wait for it. The ledger
-launches that thread after the run's first step: under the GIL the thread's imports would otherwise
-hold up the set-up and the first step by about their own length (a pandas import and the probes). Its
+TDP table), so `start()` runs it in a background thread and training does not wait for it. Its
 figures cover the run from the moment it is up; the seconds before that (`startup_seconds`) are
 estimated at the mean power CodeCarbon measured over the rest of the run, and the result says so:
 `startup_seconds`, `startup_kwh`, a line in `how`, and `method: estimated`. The first reading
@@ -68,7 +66,6 @@ class EnergyMeter:
         self._capture = _Capture()
         self._saved: Optional[tuple] = None
         self._thread: Optional[threading.Thread] = None
-        self._launched = False
         self._requested = 0.0  # perf_counter() when start() was called
         self.startup_seconds = 0.0  # from start() until CodeCarbon's own start time
 
@@ -94,23 +91,14 @@ class EnergyMeter:
         said = "; ".join(self._capture.messages[-3:])
         return f"{what}" + (f" (CodeCarbon said: {said})" if said else "")
 
-    def start(self, launch: bool = True) -> None:
-        """The run's energy counts from now; CodeCarbon starts in a background thread, now or at
-        `launch()`. Returns at once (module doc)."""
+    def start(self) -> None:
+        """Start CodeCarbon in a background thread and return at once (module doc)."""
         self._requested = time.perf_counter()
-        if launch:
-            self.launch()
-
-    def launch(self) -> None:
-        """Start CodeCarbon's background thread (once)."""
-        if not self._launched:
-            self._launched = True
-            self._thread = threading.Thread(target=self._start_now, name="ecotrain-codecarbon-start", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._start_now, name="ecotrain-codecarbon-start", daemon=True)
+        self._thread.start()
 
     def wait(self) -> None:
         """Until the background start has finished (started, or failed with `reason`)."""
-        self.launch()  # a run that ended before the ledger launched it
         t = self._thread
         if t is not None:
             t.join()

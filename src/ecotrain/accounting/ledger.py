@@ -84,7 +84,7 @@ class Ledger(Callback):
         if cfg.energy == "codecarbon":
             gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
             self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
-            self.meter.start(launch=False)  # counts from here; CodeCarbon's thread starts after the first step
+            self.meter.start()
         self._measure, self._state = True, state
         self._piece0, self._passes0 = state.samples_seen, self.eval_passes
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
@@ -113,8 +113,6 @@ class Ledger(Callback):
             self._check(state, budget_mod.CLOCK_BUDGETS, energy=False)
 
     def _measured(self, state) -> None:
-        if self.meter is not None:
-            self.meter.launch()  # the first step is done: CodeCarbon's start-up no longer delays it
         (total, forward), self._raw = self._raw, None
         self.step_flops = StepFlops(total, forward, state.samples_seen - self._samples_before)
         self.measured_step = state.step
