@@ -12,7 +12,7 @@ seeding is for.
 - `torch.utils.deterministic.fill_uninitialized_memory = False`: torch's deterministic mode would
   otherwise fill every new tensor's memory with NaN before an op writes it, which guards only against
   an op that reads memory it never wrote. On a small CPU model that fill costs a few % of every
-  step (bench/overhead.py: ratio_same_kernel 0.908 -> 0.934 with this and the loop's own cuts);
+  step (bench/overhead.py, same harness: ratio_same_kernel 0.904 with the fill, 0.943 without);
   every op ecotrain and torch run writes its outputs, and the resume tests compare runs bit for
   bit with it off;
 - `CUBLAS_WORKSPACE_CONFIG=":4096:8"` in `os.environ`, unless already set (deterministic cuBLAS
