@@ -12,7 +12,7 @@ import time
 
 from ecotrain.callbacks.base import Callback
 
-BAR_WIDTH = 30
+BAR_WIDTH = 20  # leaves an 80-column terminal room for the loss
 
 
 def _duration(seconds: float) -> str:
