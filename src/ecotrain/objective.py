@@ -41,7 +41,7 @@ class Objective:
         """(loss to backpropagate, {term: detached value} or None). `total_units` None: this
         micro-batch is the whole effective batch."""
         out = model(x)
-        loss = self.task.loss(out, y) if total_units is None else normalized_loss(self.task, out, y, total_units)
+        loss = normalized_loss(self.task, out, y, total_units)
         if self.plain:  # the common case: nothing else per step
             return loss, None
         terms = self.methods.loss_terms((x, y), out, state)
