@@ -21,12 +21,15 @@ from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.state import capture
 from ecotrain.config import Config
+from ecotrain.batch import describe as describe_batch, leaves
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
+from ecotrain.data.sources import LoaderSource
 from ecotrain.data.augment import SignalAugment
 from ecotrain.data.bucketing import build_sampler, padding_ratio
-from ecotrain.data.builtin import import_object, validate_arrays
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.data.builtin import describe, import_object, validate_arrays
+from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.methods import Method, Methods, build_methods
+from ecotrain.methods.base import overrides
 from ecotrain.memory import configure_memory
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
@@ -35,7 +38,7 @@ from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
 from ecotrain.tracking import tracking_callbacks
-from ecotrain.task import ClassificationTask, LanguageModelTask, UserTask
+from ecotrain.task import UserTask, build_task
 
 
 @dataclass
@@ -48,6 +51,9 @@ class UserParts:
     metrics: Optional[Mapping[str, Callable]] = None
     callbacks: Sequence[Callback] = ()
     methods: Sequence[Method] = ()
+    task: Any = None  # a Task object (task.py); None: from the config and the data
+    optimizer: Optional[Callable] = None  # param groups -> torch.optim.Optimizer
+    scheduler: Optional[Callable] = None  # optimizer -> an LR scheduler (stepped per schedule.interval)
 
 
 @dataclass
@@ -79,18 +85,27 @@ class Run:
 
 def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption) -> Run:
     folder = RunFolder.plan(opts.run_dir, cfg.name, dist, opts.resume is not None, opts.overwrite)
-    bundle = load_data(cfg) if parts.data is None else as_bundle(parts.data)
+    if parts.data is None and parts.model is not None and "name" not in cfg.data.model_fields_set:
+        raise DataError("fit(model=...) without data=: pass your data (arrays, a Dataset, a DataLoader or "
+                        "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")
+    bundle = load_data(cfg) if parts.data is None else as_bundle(parts.data, fingerprint=cfg.data.fingerprint,
+                                                                 batch_size=cfg.data.batch_size)
     methods = build_methods(cfg, parts.methods)
-    task = (UserTask(parts.loss_fn, parts.metrics) if parts.loss_fn else
-            LanguageModelTask() if bundle.extra.get("task") == "lm" else ClassificationTask(cfg.loop.label_smoothing))
+    task = make_task(cfg, parts, bundle)
+    check_methods_fit(methods, task, bundle)
     net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
     source, sampler, facts = make_sampler(cfg, bundle, dist, methods)
     total = plan_steps(cfg, len(sampler))
-    opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)))
-    sched_total = total if cfg.schedule.interval == "step" else -(-total // len(sampler))
-    state = TrainState(cfg, net, opt, build_scheduler(opt, cfg.schedule, sched_total), Objective(task, methods),
-                       Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods)
+    opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)), factory=parts.optimizer)
+    sched_total = total if cfg.schedule.interval == "step" else -(-total // max(1, len(sampler)))
+    sched = parts.scheduler(opt) if parts.scheduler else build_scheduler(opt, cfg.schedule, sched_total)
+    state = TrainState(cfg, net, opt, sched, Objective(task, methods),
+                       Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods,
+                       data_source=source if isinstance(source, LoaderSource) and source.stateful else None)
     augment = SignalAugment(cfg.data.augment, cfg.seed)
+    if augment.active and not isinstance(source, ArraySource):
+        raise ConfigError("data.augment: works on in-memory (x, y) signal arrays only; augment inside your "
+                          "Dataset's __getitem__ instead (it is seeded per item)")
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
@@ -102,10 +117,55 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     return run
 
 
+def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):
+    """The user's Task object, a user loss function, or the one the config names (auto: from the data)."""
+    if parts.task is not None:
+        missing = [a for a in ("forward", "loss", "units") if not callable(getattr(parts.task, a, None))]
+        if missing:
+            raise ConfigError(f"fit(task=...): {type(parts.task).__name__} has no {', '.join(missing)}; a Task "
+                              "has forward(model, batch), loss(outputs, batch, reduction), units(batch), metrics()")
+        return parts.task
+    if parts.loss_fn is not None:
+        return UserTask(parts.loss_fn, parts.metrics, cfg.task.target)
+    task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm", num_classes=None)
+    if parts.metrics:  # metrics beside a built-in task's own
+        own = task.metrics
+
+        def metrics():
+            return {**own(), **UserTask(None, parts.metrics).metrics()}
+        task.metrics = metrics
+    return task
+
+
+def check_methods_fit(methods: Methods, task, bundle: DataBundle) -> None:
+    """One line for a method that cannot work with this task or data, before anything trains."""
+    for m in methods.methods:
+        needs = getattr(m, "needs", ())
+        if "xy" in needs and task.name not in ("classification", "language_model", "sequence", "user"):
+            raise ConfigError(f"methods: '{m.key}' needs (x, y) batches of a classification task; this run's task "
+                              f"is '{task.name}' (set task.name, or drop the method)")
+        if "xy" in needs and bundle.sample is not None and not _is_xy(bundle.sample):
+            raise ConfigError(f"methods: '{m.key}' needs (x, y) tensor batches; this data's batches are "
+                              f"{describe_batch(bundle.sample)}")
+        if isinstance(bundle.train, LoaderSource) and overrides(m, "data"):
+            raise ConfigError(f"methods: '{m.key}' chooses which samples train, so it needs indexable data "
+                              "(arrays or a map-style Dataset), not a DataLoader or a stream")
+
+
+def _is_xy(batch) -> bool:
+    return isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
+
+
 def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, device, methods: Methods, dist,
                opts: RunOptions):
     """(the model, ready to train; an FSDP checkpoint still to load after the wrap, or None)."""
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
+    if model is None and bundle.num_classes is None and bundle.sample is not None:
+        y0 = bundle.sample[1] if _is_xy(bundle.sample) else None
+        if y0 is None or y0.is_floating_point() or y0.ndim != 1:
+            raise ConfigError("model: the built-in models are classifiers of (x, y) data with class labels; pass "
+                              "your own model (fit(model=...) or model.name: pkg.module:Class)")
+        bundle.num_classes = int(bundle.train.labels().max()) + 1  # the head's size: the one feature that reads labels
     net = (model if model is not None else build_model(cfg.model, bundle.input_shape, bundle.num_classes)).to(device)
     sharded_init = None
     if opts.init_from is not None:  # the starting weights, before a method changes the model (BN -> GN, adapters)
@@ -116,6 +176,8 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
     configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory.py)
     net = methods.transform(net)  # before the optimizer and the wrap; on resumed runs too
     net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
+    if cfg.compile:  # in place: the module's keys stay its own (no `_orig_mod.` prefix reaches a checkpoint)
+        net.compile()
     if dist.world_size > 1:
         torch.manual_seed(cfg.seed + 1000 * dist.rank)  # own dropout masks per rank; init was shared
     return net, sharded_init
@@ -125,6 +187,11 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     """(train source, sampler, facts): the seeded order of effective batches, this rank's share."""
     from ecotrain import distributed
 
+    if isinstance(bundle.train, LoaderSource):  # the user's loader decides the order; ecotrain counts steps
+        if dist.world_size > 1:
+            raise ConfigError("data: a DataLoader under torchrun is not sharded by ecotrain; pass a map-style "
+                              "Dataset (ecotrain shards it per rank) or run one process")
+        return bundle.train, LoaderSteps(bundle.train, cfg), {}
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
     sampler = build_sampler(len(bundle.train), lengths, cfg.data.batch_size * cfg.loop.accumulate, cfg.seed,
                             cfg.data.bucketing, bundle.extra.get("blocks"), cfg.data.shuffle_window)
@@ -135,6 +202,20 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     if dist.world_size > 1:
         sampler = distributed.ShardedSampler(sampler, dist.rank, dist.world_size)
     return source, sampler, facts
+
+
+class LoaderSteps:
+    """The sampler of a user's loader: only its length, steps per pass (0 when the stream's is unknown)."""
+
+    def __init__(self, source: LoaderSource, cfg: Config):
+        n = source.batches_per_epoch()
+        if n is None and not cfg.loop.max_steps:
+            raise ConfigError("loop.max_steps: this data has no length (an IterableDataset), so a step budget "
+                              "cannot come from loop.max_epochs; set loop.max_steps")
+        self.n = 0 if n is None else -(-n // cfg.loop.accumulate)
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
@@ -219,28 +300,94 @@ def make_evaluate(bundle: DataBundle):
 
 
 # -- the user's data, as given to the Python API ------------------------------------------------
-def _as_source(obj, where: str):
+def _as_source(obj, where: str, batch_size: int):
     if obj is None or hasattr(obj, "take"):
         return obj
-    if isinstance(obj, (tuple, list)) and len(obj) == 2:
+    if isinstance(obj, torch.utils.data.DataLoader) or _looks_like_loader(obj):
+        return LoaderSource(obj)
+    if isinstance(obj, torch.utils.data.IterableDataset):  # batched by ecotrain: data.batch_size, default collate
+        return LoaderSource(_stream_loader(obj, batch_size))
+    if isinstance(obj, (tuple, list)) and len(obj) == 2 and not isinstance(obj[0], (dict, tuple, list)):
         x, y = (torch.as_tensor(np.asarray(v)) for v in obj)
-        validate_arrays(x, y, where)
-        return ArraySource(x.float() if x.is_floating_point() else x, y.long() if not y.is_floating_point() else y)
-    if isinstance(obj, torch.utils.data.Dataset):
+        validate_arrays(x, y, where, labels=not y.is_floating_point())
+        return ArraySource(x.float() if x.is_floating_point() else x, y.long() if not y.is_floating_point() else y.float())
+    if isinstance(obj, torch.utils.data.Dataset) or (hasattr(obj, "__getitem__") and hasattr(obj, "__len__")
+                                                      and not isinstance(obj, (str, bytes, Mapping, tuple, list))):
         return MapSource(obj)
-    raise DataError(f"{where}: expected (x, y) arrays, a torch Dataset or an ecotrain Source, got {type(obj).__name__}")
+    raise DataError(f"{where}: expected (x, y) arrays, a map-style Dataset, an IterableDataset, a DataLoader or an "
+                    f"ecotrain Source, got {type(obj).__name__}")
 
 
-def as_bundle(data, num_classes: Optional[int] = None) -> DataBundle:
-    """The user's data: a DataBundle, or a dict/tuple of train/val/test each given as (x, y) or a Dataset."""
+def _looks_like_loader(obj) -> bool:
+    """A loader that is not a torch DataLoader subclass (torchdata's StatefulDataLoader is one; others
+    duck-type it): iterable, with a `dataset`, not indexable."""
+    return hasattr(obj, "__iter__") and hasattr(obj, "dataset") and not hasattr(obj, "__getitem__")
+
+
+def _stream_loader(ds, batch_size: int):
+    """An IterableDataset in batches: torchdata's StatefulDataLoader when installed (exact resume when
+    the dataset has state_dict/load_state_dict, else it fast-forwards), else torch's DataLoader."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader  # optional: the `stream` extra
+    except ImportError:
+        return torch.utils.data.DataLoader(ds, batch_size=batch_size)
+    return StatefulDataLoader(ds, batch_size=batch_size)
+
+
+def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str] = None,
+              batch_size: int = 1) -> DataBundle:
+    """The user's data: a DataBundle, or a dict/tuple of train/val/test, each given as (x, y) arrays, a
+    Dataset (items of any structure), an IterableDataset or a DataLoader; or just the train split."""
     if isinstance(data, DataBundle):
         return data
-    parts = data if isinstance(data, Mapping) else dict(zip(("train", "val", "test"), data))
-    train = _as_source(parts.get("train"), "train data")
+    if isinstance(data, Mapping) and "train" in data:
+        parts = data
+    elif isinstance(data, (tuple, list)) and len(data) in (2, 3) and not _is_arrays(data):
+        parts = dict(zip(("train", "val", "test"), data))
+    else:
+        parts = {"train": data}
+    unknown = sorted(set(parts) - {"train", "val", "test"})
+    if unknown:
+        raise DataError(f"data: unknown split {unknown[0]!r}; give 'train', and optionally 'val' and 'test'")
+    train = _as_source(parts.get("train"), "train data", batch_size)
     if train is None:
         raise DataError("data: a train split is required")
-    x0, y0 = train.take(torch.tensor([0]))
-    if num_classes is None and not torch.is_floating_point(y0):
-        num_classes = int(train.labels().max()) + 1
-    return DataBundle(train, _as_source(parts.get("val"), "val data"), _as_source(parts.get("test"), "test data"),
-                      num_classes, tuple(x0.shape[1:]))
+    val, test = (_as_source(parts.get(k), f"{k} data", batch_size) for k in ("val", "test"))
+    sample = first = _first_batch(train)
+    y0 = sample[1] if _is_xy(sample) else None
+    if isinstance(train, ArraySource):
+        sample = None  # the built-in (x, y) path: shapes from the arrays
+        if num_classes is None and not torch.is_floating_point(y0):
+            num_classes = int(train.labels().max()) + 1
+    elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1 \
+            and isinstance(train, MapSource) and train.has_labels():
+        num_classes = int(train.labels().max()) + 1  # a labels attribute: no item read
+    elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1:
+        num_classes = getattr(getattr(train, "ds", None), "num_classes", None)
+    shape = tuple(_first_tensor(first).shape[1:])
+    return DataBundle(train, val, test, num_classes, shape, sample=sample,
+                      content_hash=("user:" + fingerprint) if fingerprint else "")
+
+
+def _is_arrays(data) -> bool:
+    """(x, y) arrays given as the data itself, not a (train, val[, test]) tuple of splits."""
+    return len(data) == 2 and all(isinstance(v, (np.ndarray, torch.Tensor)) for v in data)
+
+
+def _first_batch(source):
+    """One batch of one item (a loader: its first batch), for the task's and the model's shapes."""
+    if isinstance(source, LoaderSource):
+        return source.first_batch()
+    try:
+        return source.take(torch.tensor([0]))
+    except EcotrainError:
+        raise
+    except Exception as exc:
+        raise DataError(f"data: reading item 0 of the train data raised {describe(exc)}") from None
+
+
+def _first_tensor(batch) -> torch.Tensor:
+    found = leaves(batch)
+    if not found:
+        raise DataError(f"data: a batch holds no tensor ({describe_batch(batch)}); items must hold tensors or arrays")
+    return found[0]

@@ -12,8 +12,23 @@ import sys
 from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError, EcotrainError
 
 
+class _Version(argparse.Action):
+    """`ecotrain --version`: the installed distribution's version, read only when asked (importlib.metadata
+    costs ~30 ms of start-up that `--help` need not pay)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import version  # only on this path (see the class docstring)
+
+        print(f"ecotrain {version('ecotrain')}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ecotrain", description="Train PyTorch models in production.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fit", help="train a recipe")
     f.add_argument("recipe", help="recipe YAML, e.g. recipes/mnist1d_cnn.yaml")
@@ -29,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir (its files are deleted)")
     f.add_argument("--seeds", metavar="0,1,2", help="one run per seed in sibling folders (--run-dir D: D-s0, D-s1, ...) "
                    "and a group file D-group.json for compare/report")
+    f.add_argument("--print-config", action="store_true", help="print the merged, validated config as YAML "
+                   "and exit without training")
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
@@ -101,6 +118,11 @@ def cmd_fit(args) -> int:
     from ecotrain.log import log
 
     cfg = load_config(args.recipe, args.overrides)
+    if args.print_config:
+        from ecotrain.rundir import config_yaml
+
+        print(config_yaml(cfg.to_dict()), end="")
+        return 0
     if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
         from ecotrain.sweep import fit_seeds
 

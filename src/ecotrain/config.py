@@ -65,6 +65,9 @@ class DataConfig(_Section):
     pin_memory: bool = False  # page-locked batches for faster host-to-GPU copies (CUDA only)
     persistent_workers: bool = False  # keep workers across epochs and evaluations
     input_bound_share: float = Field(0.3, gt=0, le=1)  # warn when the loop waits for data more than this share
+    # names the data's content for the resume check (a version tag, a manifest hash); None: ecotrain hashes
+    # in-memory arrays whole and a map-style Dataset by its length and a fixed sample of 16 items
+    fingerprint: Optional[str] = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _workers_options(self) -> "DataConfig":
@@ -83,14 +86,43 @@ class DataConfig(_Section):
 
 
 
+OPTIMIZERS = ("adamw", "adam", "sgd")  # the built-in optim.name values (optim.py)
+
+
 class OptimConfig(_Section):
-    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    """A built-in optimizer, or any torch.optim.Optimizer subclass by import path (`torch.optim:RAdam`),
+    built with the parameter groups (each with optim.lr and its weight decay) and optim.kwargs."""
+
+    name: str = Field("adamw", description="adamw | adam | sgd | pkg.module:Optimizer")
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # an import-path optimizer's other arguments (eps, ...)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)  # sgd only
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)  # adam(w) only
     # auto: fused Adam/AdamW kernels (one kernel for all parameters; ~1.4x a tiny model's step on CPU)
-    implementation: Literal["auto", "fused", "foreach", "for-loop"] = "auto"
+    implementation: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # built-ins only
+
+    @field_validator("name")
+    @classmethod
+    def _builtin_or_path(cls, v: str) -> str:
+        module, sep, attr = v.partition(":")
+        if v in OPTIMIZERS or (sep and module and attr):
+            return v
+        raise ValueError(f"one of {', '.join(OPTIMIZERS)}, or the import path 'pkg.module:Class' of a "
+                         "torch.optim.Optimizer subclass, e.g. 'torch.optim:RAdam'")
+
+    @field_validator("kwargs")
+    @classmethod
+    def _kwargs_for_paths(cls, v: dict, info) -> dict:
+        owned = sorted({"params", "lr", "weight_decay"} & set(v))
+        if owned:
+            raise ValueError(f"'{owned[0]}' comes from the parameter groups: set optim.{owned[0]}, not in kwargs"
+                             if owned[0] != "params" else "'params' are the model's parameter groups, not a kwarg")
+        if v and info.data.get("name") in OPTIMIZERS:
+            raise ValueError(f"kwargs are for an import-path optimizer (optim.name=pkg.module:Class, e.g. "
+                             f"torch.optim:AdamW); the built-in {info.data['name']} is set by optim.betas, "
+                             "optim.momentum and optim.implementation")
+        return v
 
 
 class ScheduleConfig(_Section):
@@ -117,6 +149,17 @@ class LoopConfig(_Section):
         if self.max_steps is None and self.max_epochs is None:
             raise ValueError("set loop.max_steps or loop.max_epochs (or both)")
         return self
+
+
+class TaskConfig(_Section):
+    """What is learned (task.py): the loss, its units and the metrics. auto: from the data (a dict
+    batch: the model returns its loss; float targets: regression; else classification)."""
+
+    name: Literal["auto", "classification", "multilabel", "regression", "sequence", "language_model",
+                  "model_loss"] = "auto"
+    loss: Literal["mse", "l1", "huber"] = "mse"  # regression only
+    target: Optional[Union[int, str]] = None  # the batch's target: tuple position or dict key; None: last tensor / 'labels'
+    threshold: float = Field(0.5, gt=0, lt=1)  # multilabel: a label is on when its sigmoid is above this
 
 
 class EarlyStoppingConfig(_Section):
@@ -267,6 +310,8 @@ class Config(_Section):
     deterministic: bool = True  # torch.use_deterministic_algorithms; needed for exact resume
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16-mixed", "fp16-mixed"] = "fp32"
+    compile: bool = False  # torch.compile the model (checkpoints keep the plain module's keys)
+    task: TaskConfig = Field(default_factory=TaskConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)

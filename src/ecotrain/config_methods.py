@@ -1,11 +1,12 @@
 """The `methods:` entries of a config: one section per module under methods/, joined into
-`MethodConfig`, a pydantic union discriminated by `name`. config.py re-exports every name here."""
+`MethodConfig`, a pydantic union discriminated by `name`; a name with ':' (`pkg.module:MyMethod`) is a
+third-party method (`UserMethodConfig`). config.py re-exports every name here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from ecotrain.config_base import ModelConfig
 from ecotrain.config_base import Section as _Section
@@ -238,7 +239,35 @@ class AdaptersConfig(_FromSection):
     from_: Optional[str] = Field(None, alias="from")  # continue from a PEFT adapter folder (RUN/adapter)
 
 
-# One entry per method module under methods/; `name` picks the class (a discriminated union).
-MethodConfig = Annotated[Union[ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
-                                     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig,
-                                     DistillConfig, PruneConfig, QatConfig], Field(discriminator="name")]
+class UserMethodConfig(BaseModel):
+    """A third-party method by import path: `{name: pkg.module:MyMethod, alpha: 0.1}` builds
+    `MyMethod(alpha=0.1)` (a Method subclass or a factory returning one; methods/__init__.py)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)  # every key but name: its kwargs
+    name: str = Field(description="pkg.module:Method")  # resolved (and refused) when the methods are built
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+BUILTIN_METHODS = (ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, EmaConfig, BatchNormConfig, FinetuneConfig,
+                   DedupConfig, CurriculumConfig, SelectiveBackpropConfig, ProgressiveResizeConfig, BatchRampConfig,
+                   LateFreezeConfig, StabilityStopConfig, DistillConfig, PruneConfig, QatConfig)
+USER_METHOD = "pkg.module:Method"  # the tag of an import-path entry, listed beside the built-in names in errors
+
+
+def method_name(entry) -> Any:
+    """The tag that picks an entry's section: its name, or USER_METHOD for an import path."""
+    name = entry.get("name") if isinstance(entry, dict) else getattr(entry, "name", None)
+    return USER_METHOD if isinstance(name, str) and ":" in name else name
+
+
+def _tagged(cls: type[BaseModel]):
+    return Annotated[cls, Tag(get_args(cls.model_fields["name"].annotation)[0])]
+
+
+# One section per method module under methods/, picked by `name` (a discriminated union; an error's key
+# is `methods.<i>.<name>.<field>`), and any Method by import path.
+MethodConfig = Annotated[Union[(*map(_tagged, BUILTIN_METHODS), Annotated[UserMethodConfig, Tag(USER_METHOD)])],
+                         Discriminator(method_name)]

@@ -34,6 +34,7 @@ from torch import nn
 
 from ecotrain.config import Config, _merge, build_config, load_config, parse_overrides
 from ecotrain.data import ArraySource, DataBundle, load_data
+from ecotrain.device import resolve_device
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.rundir import atomic_write
 
@@ -97,7 +98,6 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
     from ecotrain.checkpoint.state import load_model_weights
     from ecotrain.methods import build_methods
     from ecotrain.models import build_model
-    from ecotrain.trainer import resolve_device
 
     path = Path(target)
     cfg, weights, where, out_dir, prefix = _locate(path)
@@ -285,14 +285,14 @@ def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out:
              device: str = "auto") -> tuple[dict, Path]:
     """Evaluate a run folder's or checkpoint's model in eval mode; write the metrics JSON. Returns (metrics, path)."""
     from ecotrain import loop
-    from ecotrain.task import ClassificationTask, LanguageModelTask
+    from ecotrain.task import build_task
 
     trained = load_trained(target, device)
     src, split, label, _ = eval_data(trained, list(data), split)
     path = Path(out) if out else trained.out_dir / f"eval-{trained.prefix}{label}.json"
     _writable(path, "--out")
     cfg = trained.config
-    task = LanguageModelTask() if trained.is_lm else ClassificationTask(cfg.loop.label_smoothing)
+    task = build_task(cfg, lm=trained.is_lm)
     got = loop.evaluate(trained.model, src, task, cfg.data.batch_size * 4, trained.device, None, prefix="m")
     metrics = {k.removeprefix("m_"): v for k, v in got.items()}
     record = {"model": str(trained.source), "weights": trained.weights,

@@ -12,32 +12,41 @@ import time
 
 import torch
 
+from ecotrain.batch import split, to_device
 from ecotrain.data.loader import Feed
+from ecotrain.data.sources import iter_batches
 from ecotrain.memory import recover_from_oom
+from ecotrain.metrics import SumMetric, scalar
 
 
-def micro_batches(x, y, n_micro: int):
+class MicroBatches(list):
+    """An effective batch already in pieces: `loop.accumulate` batches of a user's DataLoader."""
+
+
+def micro_batches(batch, n_micro: int) -> list:
+    if isinstance(batch, MicroBatches):
+        return batch
     if n_micro == 1:
-        return ((x, y),)
-    size = -(-len(y) // n_micro)  # ceil: the last micro-batch may be smaller
-    return zip(x.split(size), y.split(size))
+        return [batch]
+    return split(batch, n_micro)  # batch.py: any structure, cut along the first dimension
 
 
-def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
+def backward_micro_batches(state, batch, n_micro: int) -> torch.Tensor:
     """Forward and backward of one effective batch in `n_micro` pieces; returns the summed loss
     (and leaves the summed named loss terms in `state.loss_parts` when methods add any)."""
     model, prec, dist, objective = state.model, state.precision, state.dist, state.objective
-    if n_micro == 1:  # the common case: one forward and backward; DDP/FSDP sync as usual
+    if n_micro == 1 and not isinstance(batch, MicroBatches):  # one forward and backward; DDP/FSDP sync as usual
         with prec.autocast():
-            loss, state.loss_parts = objective(model, x, y, None, state)
+            loss, state.loss_parts = objective(model, batch, None, state)
         prec.backward(loss)
         return loss.detach()
-    total_units = state.task.units(y)
+    pieces = micro_batches(batch, n_micro)
+    total_units = sum(state.task.units(p) for p in pieces)
     loss_sum = parts_sum = None
-    for i, (xm, ym) in enumerate(micro_batches(x, y, n_micro)):
-        with dist.grad_sync(model, last=i == n_micro - 1):  # DDP/FSDP: all-reduce on the last only
+    for i, piece in enumerate(pieces):
+        with dist.grad_sync(model, last=i == len(pieces) - 1):  # DDP/FSDP: all-reduce on the last only
             with prec.autocast():
-                loss, parts = objective(model, xm, ym, total_units, state)
+                loss, parts = objective(model, piece, total_units, state)
             prec.backward(loss)
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         if parts is not None:
@@ -46,22 +55,24 @@ def backward_micro_batches(state, x, y, n_micro: int) -> torch.Tensor:
     return loss_sum
 
 
-def train_step(state, x, y, cbs) -> None:
+def train_step(state, batch, cbs) -> None:
     model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
     n_micro = state.counters.micro_batches or loop_cfg.accumulate  # raised by OOM recovery
     if state.objective.batch_methods:
-        x, y = state.objective.prepare(state, x, y)  # methods' batch changes (resize, selective backprop)
+        batch = state.objective.prepare(state, batch)  # methods' batch changes (resize, selective backprop)
     try:
         if n_micro == 1 and state.objective.plain and prec.dtype is None:
             # fp32, the task loss alone, one micro-batch: a hand-written loop's step, written as one
             # (each layer of calls between torch ops costs ~1% of a small model's step on CPU)
-            loss = state.objective.task.loss(model(x), y)
+            task = state.objective.task
+            loss = task.loss(task.forward(model, batch), batch)
             loss.backward()
             state.loss, state.loss_parts = loss.detach(), None
         else:
-            state.loss = backward_micro_batches(state, x, y, n_micro)
+            state.loss = backward_micro_batches(state, batch, n_micro)
     except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)
-        state.loss = recover_from_oom(state, x, y, n_micro, exc, backward_micro_batches)
+        loss = None  # the failed graph and its activations go before the retry, not after it
+        state.loss = recover_from_oom(state, batch, n_micro, exc, backward_micro_batches)
     state.skip_step = False
     cbs.on_after_backward(state)  # the divergence guard may set skip_step here
     if not state.skip_step:
@@ -83,7 +94,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     """Run until a budget is spent or a callback asks to stop. Resumes from `state`'s position."""
     cfg = state.config.loop
     per_step_schedule = state.config.schedule.interval == "step"
-    to_device = state.device.type != "cpu"
+    on_device = state.device.type != "cpu"
     augment = augment if augment.active else None
     cbs.on_fit_start(state)
     gc_was_enabled = gc.isenabled()
@@ -103,16 +114,16 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                 break
             cbs.on_epoch_start(state)
             set_train_mode(state)
-            for idx, x, y in feed.epoch(state.epoch, state.batch_in_epoch):  # data/loader.py: in-process or workers
+            for n, batch in feed.epoch(state.epoch, state.batch_in_epoch):  # data/loader.py: in-process or workers
                 cbs.on_step_start(state)
                 if augment:
-                    x = augment(x)
-                if to_device:
-                    x, y = x.to(state.device, non_blocking=True), y.to(state.device, non_blocking=True)
-                train_step(state, x, y, cbs)
+                    batch = (augment(batch[0]), *batch[1:])  # 1-D signals: (x, y) arrays only (config checks)
+                if on_device:
+                    batch = to_device(batch, state.device)  # batch.py: any structure
+                train_step(state, batch, cbs)
                 state.step += 1
                 state.batch_in_epoch += 1
-                state.samples_seen += idx.shape[0]
+                state.samples_seen += n
                 if per_step_schedule:
                     state.scheduler.step()
                 state.window_losses.append(state.loss)  # summed at log time: no tensor op per step
@@ -164,29 +175,45 @@ def log_record(state) -> dict:
 
 @torch.inference_mode()
 def evaluate(model, source, task, batch_size: int, device, precision=None, prefix: str = "val", dist=None) -> dict:
-    """Mean loss and metrics of `model` over `source`, in eval mode; one host sync at the end.
-    With `dist`, each rank evaluates its shard and the sums are all-reduced."""
+    """Mean loss and metrics of `model` over `source`, in eval mode. The loss and every sum-state
+    metric (metrics.py) are reduced in one collective and one host sync at the end; other metric
+    objects (torchmetrics) compute, and sync, on their own. With `dist`, each rank evaluates its
+    shard."""
     was_training = model.training
     model.eval()
-    sums: dict[str, torch.Tensor] = {}
-    units, n = 0, len(source)
-    take_range = getattr(source, "take_range", None)  # in-memory arrays: contiguous views, no gather
-    to_device = device.type != "cpu"
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        x, y = take_range(start, stop) if take_range else source.take(torch.arange(start, stop))
-        if to_device:
-            x, y = x.to(device), y.to(device)
+    metrics = task.metrics()
+    loss_sum, units = None, 0
+    on_device = device.type != "cpu"
+    for batch in iter_batches(source, batch_size):
+        if on_device:
+            batch = to_device(batch, device)
         with precision.autocast() if precision else torch.autocast(device.type, enabled=False):
-            out = model(x)
-        batch = {"loss": task.loss(out, y, "sum"), **task.metric_sums(out, y)}
-        for k, v in batch.items():
-            sums[k] = sums[k] + v.detach() if k in sums else v.detach()
-        units += task.units(y)
+            out = task.forward(model, batch)
+        loss = task.loss(out, batch, "sum").detach().float()
+        loss_sum = loss if loss_sum is None else loss_sum + loss
+        units += task.units(batch)
+        if metrics:
+            preds, target = task.predictions(out), task.targets(batch)
+            for m in metrics.values():
+                m.update(preds, target)
     model.train(was_training)
-    keys = list(sums)
-    packed = torch.stack([sums[k].float() for k in keys] + [torch.tensor(float(units), device=device)])
+    if loss_sum is None:
+        loss_sum = torch.zeros((), device=device)
+    summed = {k: m for k, m in metrics.items() if isinstance(m, SumMetric)}
+    sizes = [m.size for m in summed.values()]
+    packed = torch.cat([loss_sum.reshape(1).double(), torch.tensor([float(units)], device=loss_sum.device,
+                                                                     dtype=torch.float64)]
+                       + [(m.sums if m.sums is not None else torch.zeros(m.size, dtype=torch.float64))
+                          .to(loss_sum.device) for m in summed.values()])
     if dist is not None:
         packed = dist.all_reduce_sum(packed)
-    *values, units = packed.tolist()
-    return {f"{prefix}_{k}": v / units for k, v in zip(keys, values)}
+    packed = packed.cpu()
+    record = {f"{prefix}_loss": float(packed[0] / packed[1]) if float(packed[1]) else float("nan")}
+    offset = 2
+    for (name, m), size in zip(summed.items(), sizes):
+        record[f"{prefix}_{name}"] = m.value(packed[offset:offset + size])
+        offset += size
+    for name, m in metrics.items():
+        if name not in summed:
+            record[f"{prefix}_{name}"] = scalar(m.compute())
+    return {f"{prefix}_{k}": record[f"{prefix}_{k}"] for k in ["loss", *metrics]}

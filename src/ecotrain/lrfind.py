@@ -80,14 +80,15 @@ def cmd_lr_find(args) -> int:
 def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, diverge: float = 4.0) -> dict:
     """Train a copy of the recipe's initial model with an exponentially growing LR; the curve and
     the suggestion. Nothing is written."""
+    # here, not at the top: the CLI imports this module for `ecotrain --help`, which must not load torch
     import torch
 
     from ecotrain import distributed, loop
     from ecotrain.assemble import RunOptions, UserParts, assemble
     from ecotrain.config import build_config
+    from ecotrain.device import resolve_device
     from ecotrain.preemption import Preemption
     from ecotrain.seeding import deterministic_algorithms, seed_everything
-    from ecotrain.trainer import resolve_device
 
     tree = cfg.to_dict()  # no ledger, trackers or checkpoints: the test is not a run
     tree["ledger"]["enabled"], tree["tracking"] = False, {}
@@ -118,7 +119,7 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
                 if augment:
                     x = augment(x)
                 x, y = x.to(device), y.to(device)
-                loss = loop.backward_micro_batches(state, x, y, cfg.loop.accumulate)
+                loss = loop.backward_micro_batches(state, (x, y), cfg.loop.accumulate)
                 value = float(loss)
                 if not math.isfinite(value):
                     break

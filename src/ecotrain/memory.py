@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from ecotrain.batch import batch_size
 from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
 
@@ -134,29 +135,30 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def recover_from_oom(state, x, y, n_micro: int, exc: BaseException, run: Callable):
-    """Retry the step `run(state, x, y, n)` with twice the micro-batches until it fits.
+def recover_from_oom(state, batch, n_micro: int, exc: BaseException, run: Callable):
+    """Retry the step `run(state, batch, n)` with twice the micro-batches until it fits.
 
     Gradients of the failed attempt are dropped, so the retried step is the same step."""
     min_size = state.config.memory.min_micro_batch
+    total = batch_size(batch)
     while True:
         traceback.clear_frames(exc.__traceback__)  # the failed attempt's frames hold its activations
         exc = None
         state.optimizer.zero_grad(set_to_none=True)
         free_memory()
-        size = -(-len(y) // n_micro)
+        size = -(-total // n_micro)
         new_n = n_micro * 2
-        new_size = -(-len(y) // new_n)
+        new_size = -(-total // new_n)
         if new_size < min_size or new_size == size:
             raise OutOfMemory(
-                f"out of memory at step {state.step + 1} with micro-batch {size} (batch {len(y)} in {n_micro} "
+                f"out of memory at step {state.step + 1} with micro-batch {size} (batch {total} in {n_micro} "
                 f"micro-batches) and memory.min_micro_batch={min_size}; lower data.batch_size, set "
                 "memory.activation_checkpointing=all or precision=bf16-mixed (see `ecotrain plan`)")
         log.warning(f"out of memory at step {state.step + 1}; micro-batch {size} -> {new_size} "
-              f"({n_micro} -> {new_n} micro-batches, effective batch {len(y)} unchanged)")
+              f"({n_micro} -> {new_n} micro-batches, effective batch {total} unchanged)")
         state.counters.micro_batches = n_micro = new_n
         state.counters.oom_recoveries += 1
         try:
-            return run(state, x, y, n_micro)
+            return run(state, batch, n_micro)
         except torch.OutOfMemoryError as again:
             exc = again

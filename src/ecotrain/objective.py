@@ -1,7 +1,7 @@
 """The Objective: the effective batch as a step trains on it, then the task's loss plus every
 method's named loss terms, normalised once.
 
-`prepare` runs the methods' `prepare_batch(x, y, state) -> (x, y)` on the whole effective batch,
+`prepare` runs the methods' `prepare_batch(batch, state) -> batch` on the whole effective batch,
 before it is cut into micro-batches (progressive resizing shortens the inputs; selective backprop
 keeps the high-loss samples). A method opts in by defining `prepare_batch`; the loop calls it from
 one visible line in `train_step`, inside the ledger's measured step, so a scoring forward pass is
@@ -31,21 +31,21 @@ class Objective:
         self.plain = not methods.has_loss_terms and self.task_weight == 1.0  # the task loss alone
         self.batch_methods = [m for m in getattr(methods, "methods", ()) if callable(getattr(m, "prepare_batch", None))]
 
-    def prepare(self, state, x, y):
+    def prepare(self, state, batch):
         """The effective batch after the methods' `prepare_batch`, in config order."""
         for m in self.batch_methods:
-            x, y = m.prepare_batch(x, y, state)
-        return x, y
+            batch = m.prepare_batch(batch, state)
+        return batch
 
-    def __call__(self, model, x, y, total_units: Optional[int], state) -> tuple[torch.Tensor, Optional[dict]]:
+    def __call__(self, model, batch, total_units: Optional[int], state) -> tuple[torch.Tensor, Optional[dict]]:
         """(loss to backpropagate, {term: detached value} or None). `total_units` None: this
         micro-batch is the whole effective batch."""
-        out = model(x)
-        loss = normalized_loss(self.task, out, y, total_units)
+        out = self.task.forward(model, batch)
+        loss = normalized_loss(self.task, out, batch, total_units)
         if self.plain:  # the common case: nothing else per step
             return loss, None
-        terms = self.methods.loss_terms((x, y), out, state)
-        share = 1.0 if total_units is None else self.task.units(y) / total_units
+        terms = self.methods.loss_terms(batch, out, state)
+        share = 1.0 if total_units is None else self.task.units(batch) / total_units
         if self.task_weight != 1.0:
             loss = loss * self.task_weight
         parts = {"task": loss.detach()}

@@ -1,13 +1,17 @@
-"""Optimizer (decoupled weight decay, none on norms and biases) and LR schedules with warmup."""
+"""Optimizer (decoupled weight decay, none on norms and biases; a built-in or any torch.optim.Optimizer
+by import path) and LR schedules with warmup."""
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 
-from ecotrain.config import OptimConfig, ScheduleConfig
+from ecotrain.config import OPTIMIZERS, OptimConfig, ScheduleConfig
+from ecotrain.data.builtin import describe, import_object
+from ecotrain.errors import ConfigError, DataError
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -32,19 +36,52 @@ def _impl(cfg: OptimConfig, model: nn.Module) -> dict:
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, groups: list[dict] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimConfig, groups: list[dict] | None = None,
+                    factory: Callable[[list[dict]], torch.optim.Optimizer] | None = None) -> torch.optim.Optimizer:
     """`groups`: a method's parameter groups (freezing, per-group LR); each group without its own
-    `weight_decay` gets optim.weight_decay. None: the default groups below."""
+    `weight_decay` gets optim.weight_decay. None: the default groups below. `factory` (the Python API):
+    called with those groups, it builds the optimizer instead of optim.name."""
     if groups is None:
         groups = param_groups(model, cfg.weight_decay)
     else:
         groups = [{"weight_decay": cfg.weight_decay, **g} for g in groups]
+    if factory is not None:
+        opt = factory(groups)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"the optimizer factory returned {type(opt).__name__}, not a torch.optim.Optimizer")
+        return opt
+    if cfg.name not in OPTIMIZERS:
+        return _import_path_optimizer(cfg, groups)
     if cfg.name == "adamw":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **_impl(cfg, model))
     if cfg.name == "adam":  # Adam's decay is L2 in the gradient; AdamW's is decoupled
         return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, **_impl(cfg, model))
     impl = _impl(cfg, model)
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **({} if "fused" in impl else impl))
+
+
+def _import_path_optimizer(cfg: OptimConfig, groups: list[dict]) -> torch.optim.Optimizer:
+    """optim.name `pkg.module:Class`: lr rides in every group (a method's own group lr wins), so the
+    class needs no `lr` argument; optim.kwargs are its other arguments."""
+    hint = "; optim.name takes adamw, adam, sgd or a torch.optim.Optimizer subclass, e.g. 'torch.optim:RAdam'"
+    try:
+        cls = import_object(cfg.name, "optim.name")
+    except DataError as exc:
+        raise ConfigError(f"{exc}{hint}") from None
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise ConfigError(f"optim.name: '{cfg.name}' is {_what(cls)}, not a torch.optim.Optimizer subclass{hint}")
+    try:
+        return cls([{"lr": cfg.lr, **g} for g in groups], **cfg.kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"optim.name: {cfg.name} refused optim.kwargs {cfg.kwargs} ({describe(exc)}); "
+                          "give the arguments its constructor takes") from None
+    except Exception as exc:  # the class's own argument checks (a negative eps, betas out of range)
+        raise ConfigError(f"optim.name: building {cfg.name} with optim.kwargs {cfg.kwargs} raised "
+                          f"{describe(exc)}; fix optim.kwargs") from None
+
+
+def _what(obj) -> str:
+    return f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
 
 
 def lr_multiplier(cfg: ScheduleConfig, total: int):

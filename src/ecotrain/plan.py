@@ -42,7 +42,7 @@ class Plan:
 
 
 def _optim_states(cfg) -> int:
-    if cfg.optim.name in ("adam", "adamw"):
+    if cfg.optim.name in ("adam", "adamw") or ":" in cfg.optim.name:  # an import-path optimizer: assumed Adam-like
         return 2
     return 1 if cfg.optim.momentum > 0 else 0
 
@@ -88,7 +88,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     try:
         model.train()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), AttentionOutputs(), precision.autocast():
-            loss = task.loss(model(x), y)
+            loss = task.loss(model(x), (x, y))
         del loss
     finally:
         for h in handles:
@@ -106,12 +106,12 @@ def make_plan(cfg) -> tuple[Plan, list[str]]:
     from ecotrain.data import load_data
     from ecotrain.models import build_model
     from ecotrain.precision import Precision
-    from ecotrain.task import ClassificationTask, LanguageModelTask
+    from ecotrain.task import build_task
 
     bundle = load_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
-    task = LanguageModelTask() if bundle.extra.get("task") == "lm" else ClassificationTask(cfg.loop.label_smoothing)
+    task = build_task(cfg, lm=bundle.extra.get("task") == "lm")
     precision = Precision(cfg.precision, torch.device("cpu"))
     trainable = [p for p in model.parameters() if p.requires_grad]
     param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())
@@ -152,7 +152,8 @@ def format_plan(cfg, plan: Plan, block_names: list[str]) -> str:
         f"({plan.n_checkpointed} of {len(block_names)} blocks)",
         f"  parameters        {_mb(plan.param_bytes)}",
         f"  gradients         {_mb(plan.grad_bytes)}",
-        f"  optimizer state   {_mb(plan.optim_bytes)}   ({cfg.optim.name}: {_optim_states(cfg)} fp32 tensor(s) per parameter)",
+        f"  optimizer state   {_mb(plan.optim_bytes)}   ({cfg.optim.name}: {_optim_states(cfg)} fp32 tensor(s) per parameter"
+        f"{', assumed' if ':' in cfg.optim.name else ''})",
         f"  activations       {_mb(plan.act_bytes)}   (measured: saved tensors of real forwards of 1 and 2 samples,"
         f" x{plan.micro_batch} linearly)",
         f"  total             {_mb(plan.total)}   (plus the process itself: interpreter, libraries, data)",

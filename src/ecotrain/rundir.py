@@ -54,8 +54,13 @@ def write_json(path: Path, obj) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
+def config_yaml(config_dict: dict) -> str:
+    """A run's config as the YAML of config.yaml (and of `ecotrain fit --print-config`), in schema order."""
+    return yaml.safe_dump(config_dict, sort_keys=False)
+
+
 def write_config(run_dir: Path, config_dict: dict) -> None:
-    atomic_write(run_dir / "config.yaml", yaml.safe_dump(config_dict, sort_keys=False).encode())
+    atomic_write(run_dir / "config.yaml", config_yaml(config_dict).encode())
 
 
 def file_in_the_way(path: Path) -> Optional[Path]:

@@ -53,6 +53,7 @@ class TrainState:
     run_dir: Optional[Path] = None
     dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
     methods: Any = None  # methods.Methods
+    data_source: Any = None  # a train source with its own position (a user's StatefulDataLoader); checkpointed
 
     # position
     step: int = 0  # optimizer steps taken

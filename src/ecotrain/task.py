@@ -1,75 +1,360 @@
-"""What is learned: the loss (a mean over the batch's units: samples, or tokens) and the metrics.
+"""What is learned: how a batch goes through the model, the loss and its units, the metrics.
 
-`normalized_loss` weights each micro-batch's mean by its share of the effective batch's units,
-which makes gradient accumulation exactly one big batch (and costs nothing without accumulation).
+The Task protocol (docs/architecture.md) is the one place that knows what a batch holds:
+
+    forward(model, batch) -> outputs        the model called on the batch's inputs
+    loss(outputs, batch, reduction="mean")  a mean over the batch's units ("sum": the sum; "none":
+                                            one value per sample, for methods that rank samples)
+    units(batch) -> int                     samples, or tokens that count (not padding)
+    metrics() -> {name: metric}             fresh stateful metrics (metrics.py) for one evaluation,
+                                            each updated with (predictions(outputs), targets(batch))
+
+`units` is its own call, not part of `loss`: it is read only when a step is cut into micro-batches
+(a token count is a host sync). `normalized_loss` weights each micro-batch's mean by its share of
+the effective batch's units, which makes accumulation exactly one big batch.
+
+Supervised batches: a tuple/list `(x, y)`, `(x1, x2, y)` or `(x, y, meta)` (the last tensor is
+the target unless `target` says which; the tensors before it are the model's positional inputs;
+anything else rides along), or a dict (the target under `target`, else "labels"/"label"/"y"/
+"target"; the other tensor entries are the model's keyword inputs). `ModelLossTask` is the
+Hugging Face shape: the model takes the whole dict and returns `outputs.loss`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Protocol, Union
 
 import torch
 import torch.nn.functional as F
 
+from ecotrain import metrics as M
+from ecotrain.batch import batch_size
+from ecotrain.errors import ConfigError
 
-class ClassificationTask:
-    def __init__(self, label_smoothing: float = 0.0):
-        self.label_smoothing = label_smoothing
+TARGET_KEYS = ("labels", "label", "y", "target", "targets")
 
-    def units(self, y: torch.Tensor) -> int:
-        return y.shape[0]
 
-    def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+class Task(Protocol):
+    name: str
+
+    def forward(self, model, batch) -> Any: ...
+    def loss(self, outputs, batch, reduction: str = "mean") -> torch.Tensor: ...
+    def units(self, batch) -> int: ...
+    def metrics(self) -> dict: ...
+    def predictions(self, outputs) -> Any: ...
+    def targets(self, batch) -> Any: ...
+
+
+def logits_of(outputs) -> torch.Tensor:
+    """The prediction tensor of a model's outputs: itself, or `.logits` (a Hugging Face ModelOutput)."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping) and "logits" in outputs:
+        return outputs["logits"]
+    logits = getattr(outputs, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(outputs, (tuple, list)) and outputs and isinstance(outputs[0], torch.Tensor):
+        return outputs[0]
+    raise ConfigError(f"task: the model returned {type(outputs).__name__}, not a tensor of predictions "
+                      "(nor anything with .logits); return a tensor, or use task.name=model_loss")
+
+
+class SupervisedTask:
+    """Inputs and a target taken from the batch; subclasses say what the loss and metrics are."""
+
+    name = "supervised"
+
+    def __init__(self, target: Union[int, str, None] = None):
+        self.target = target
+
+    # -- the batch's parts ---------------------------------------------------------------------
+    def _target_index(self, batch) -> int:
+        if self.target is not None:
+            return int(self.target) if not isinstance(self.target, str) else -1
+        for i in range(len(batch) - 1, -1, -1):
+            if isinstance(batch[i], torch.Tensor):
+                return i
+        raise ConfigError("task: the batch holds no tensor to use as the target")
+
+    def _target_key(self, batch: Mapping):
+        if self.target is not None:
+            if self.target not in batch:
+                raise ConfigError(f"task.target: '{self.target}' is not a key of the batch (keys: {sorted(batch)[:8]})")
+            return self.target
+        for k in TARGET_KEYS:
+            if k in batch:
+                return k
+        raise ConfigError(f"task: a dict batch needs its target under one of {list(TARGET_KEYS)} or task.target "
+                          f"(keys: {sorted(batch)[:8]}); or task.name=model_loss when the model computes its loss")
+
+    def inputs(self, batch) -> tuple[tuple, dict]:
+        """(positional, keyword) inputs of the model."""
+        if isinstance(batch, Mapping):
+            key = self._target_key(batch)
+            return (), {k: v for k, v in batch.items() if k != key and isinstance(v, torch.Tensor)}
+        if isinstance(batch, (tuple, list)):
+            t = self._target_index(batch) % len(batch)
+            return tuple(v for v in batch[:t] if isinstance(v, torch.Tensor)), {}
+        raise ConfigError(f"task: a supervised batch is a tuple (x, y) or a dict with a target, "
+                          f"got {type(batch).__name__}")
+
+    def targets(self, batch):
+        if type(batch) is tuple and len(batch) == 2 and self.target is None:
+            return batch[1]
+        if isinstance(batch, Mapping):
+            return batch[self._target_key(batch)]
+        return batch[self._target_index(batch)]
+
+    def forward(self, model, batch):
+        if type(batch) is tuple and len(batch) == 2 and self.target is None:  # (x, y): no inspection
+            return model(batch[0])
+        args, kwargs = self.inputs(batch)
+        return model(*args, **kwargs)
+
+    def predictions(self, outputs):
+        return logits_of(outputs)
+
+    def units(self, batch) -> int:
+        return len(self.targets(batch))
+
+    def metrics(self) -> dict:
+        return {}
+
+
+def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
+    return per_sample.mean() if reduction == "mean" else per_sample.sum() if reduction == "sum" else per_sample
+
+
+class ClassificationTask(SupervisedTask):
+    """Multi-class: logits [b, C], integer targets [b]; cross-entropy, accuracy."""
+
+    name = "classification"
+
+    def __init__(self, label_smoothing: float = 0.0, target=None, num_classes: Optional[int] = None):
+        super().__init__(target)
+        self.label_smoothing, self.num_classes = label_smoothing, num_classes
+
+    def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
+        y = batch[1] if type(batch) is tuple and len(batch) == 2 and self.target is None else self.targets(batch)
+        out = out if type(out) is torch.Tensor else logits_of(out)
         out = out if out.dtype == torch.float32 else out.float()  # fp32 softmax under autocast
         return F.cross_entropy(out, y, reduction=reduction, label_smoothing=self.label_smoothing)
 
-    def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"accuracy": (out.argmax(-1) == y).sum()}
+    def units(self, batch) -> int:
+        return self.targets(batch).shape[0]
+
+    def metrics(self) -> dict:
+        out = {"accuracy": M.Accuracy()}
+        if self.num_classes:
+            out["f1"] = M.F1Score(self.num_classes)
+        return out
 
 
-class LanguageModelTask:
-    """Next-token prediction: `out [b, T, vocab]`, `y [b, T]`, padded targets = -100 (skipped).
+class MultiLabelTask(SupervisedTask):
+    """Several labels per sample: logits [b, L], 0/1 targets [b, L]; binary cross-entropy per label."""
+
+    name = "multilabel"
+
+    def __init__(self, threshold: float = 0.5, target=None):
+        super().__init__(target)
+        self.threshold = threshold
+
+    def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
+        out, y = logits_of(out).float(), self.targets(batch).float()
+        per_sample = F.binary_cross_entropy_with_logits(out, y, reduction="none").flatten(1).mean(1)
+        return _reduce(per_sample, reduction)
+
+    def metrics(self) -> dict:
+        return {"accuracy": M.Accuracy(multilabel=True, threshold=self.threshold)}
+
+
+class RegressionTask(SupervisedTask):
+    """Real-valued targets [b] or [b, k]: MSE, L1 or Huber loss; MSE, MAE and R2 over the split."""
+
+    name = "regression"
+    LOSSES = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}
+
+    def __init__(self, loss: str = "mse", target=None):
+        super().__init__(target)
+        if loss not in self.LOSSES:
+            raise ConfigError(f"task.loss: '{loss}' is not one of {sorted(self.LOSSES)}")
+        self.kind, self.fn = loss, self.LOSSES[loss]
+
+    def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
+        y = self.targets(batch)
+        out = logits_of(out).float()
+        if out.shape != y.shape:
+            if out.numel() != y.numel():
+                raise ConfigError(f"task=regression: the model's output {tuple(out.shape)} does not match the "
+                                  f"target {tuple(y.shape)}; give the model one output per target value")
+            out = out.reshape(y.shape)
+        per_sample = self.fn(out, y.float(), reduction="none").reshape(len(y), -1).mean(1)
+        return _reduce(per_sample, reduction)
+
+    def metrics(self) -> dict:
+        return {"mse": M.MeanSquaredError(), "mae": M.MeanAbsoluteError(), "r2": M.R2Score()}
+
+
+class SequenceTask(SupervisedTask):
+    """A label per position (tagging): `out [b, T, C]`, `y [b, T]`, padded targets = -100 (skipped).
 
     The units are the non-padding target tokens, so the loss is a mean per token and
     `normalized_loss` stays exact under accumulation however the padding falls."""
 
-    IGNORE = -100
+    name = "sequence"
+    IGNORE = M.IGNORE
 
-    def units(self, y: torch.Tensor) -> int:
-        return int((y != self.IGNORE).sum())
+    def units(self, batch) -> int:
+        return int((self.targets(batch) != self.IGNORE).sum())
 
-    def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
+        y = batch[1] if type(batch) is tuple and len(batch) == 2 and self.target is None else self.targets(batch)
+        out = logits_of(out)
         out = out.float() if out.dtype in (torch.float16, torch.bfloat16) else out  # fp32 softmax under autocast
         return F.cross_entropy(out.flatten(0, 1), y.reshape(-1), ignore_index=self.IGNORE, reduction=reduction)
 
-    def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        nats = self.loss(out, y, "sum")  # evaluation only: a second, cheap cross-entropy
-        return {"accuracy": (out.argmax(-1) == y).sum(), "bits_per_char": nats / math.log(2)}
+    def metrics(self) -> dict:
+        return {"accuracy": M.Accuracy()}
 
 
-class UserTask:
-    """A user's mean-reduced loss `fn(out, y)` and metrics `{name: fn(out, y) -> batch mean}`."""
+def _nats(out, y):
+    out = out.float()
+    nats = F.cross_entropy(out.flatten(0, 1), y.reshape(-1), ignore_index=M.IGNORE, reduction="sum")
+    return nats / math.log(2), (y != M.IGNORE).sum()
 
-    def __init__(self, loss_fn: Callable, metrics: Mapping[str, Callable] | None = None):
-        self.loss_fn, self.metrics = loss_fn, dict(metrics or {})
 
-    def units(self, y) -> int:
-        return len(y)
+class LanguageModelTask(SequenceTask):
+    """Next-token prediction: a SequenceTask whose metrics add bits per character."""
 
-    def loss(self, out, y, reduction: str = "mean"):
+    name = "language_model"
+
+    def metrics(self) -> dict:
+        return {"accuracy": M.Accuracy(), "bits_per_char": M.SumOver(_nats)}
+
+
+class ModelLossTask:
+    """The model computes its own loss (Hugging Face: `model(**batch).loss`, with `labels` in the
+    batch). Units are samples (`tokens=True`: the labels that are not -100), so accumulation is
+    exact when the model's loss is a mean over them, as Hugging Face's are."""
+
+    name = "model_loss"
+
+    def __init__(self, tokens: bool = False, label_key: str = "labels"):
+        self.tokens, self.label_key = tokens, label_key
+
+    def forward(self, model, batch):
+        if isinstance(batch, Mapping):
+            return model(**batch)
+        if isinstance(batch, (tuple, list)):
+            return model(*batch)
+        return model(batch)
+
+    def loss(self, outputs, batch, reduction: str = "mean") -> torch.Tensor:
+        if isinstance(outputs, Mapping) and "loss" in outputs:
+            loss = outputs["loss"]
+        elif isinstance(getattr(outputs, "loss", None), torch.Tensor):
+            loss = outputs.loss
+        elif isinstance(outputs, torch.Tensor) and outputs.ndim == 0:
+            loss = outputs
+        else:
+            raise ConfigError(f"task=model_loss: the model returned {type(outputs).__name__} without a loss; "
+                              "pass the labels in the batch (Hugging Face: 'labels'), or pick another task.name")
+        if reduction == "mean":
+            return loss
+        if reduction == "sum":
+            return loss * self.units(batch)
+        raise ConfigError("task=model_loss: per-sample losses are not available (the model reduces its own loss); "
+                          "this method needs a task whose loss ecotrain computes")
+
+    def targets(self, batch):
+        return batch.get(self.label_key) if isinstance(batch, Mapping) else None
+
+    def predictions(self, outputs):
+        return logits_of(outputs)
+
+    def units(self, batch) -> int:
+        y = self.targets(batch)
+        if self.tokens and y is not None:
+            return int((y != M.IGNORE).sum())
+        return batch_size(batch)
+
+    def metrics(self) -> dict:
+        return {"accuracy": M.Accuracy()}
+
+
+class UserTask(SupervisedTask):
+    """A user's mean-reduced loss `loss_fn(outputs, target)` and metrics: stateful objects, or
+    functions `fn(outputs, target) -> batch mean`."""
+
+    name = "user"
+
+    def __init__(self, loss_fn: Callable, metrics: Optional[Mapping] = None, target=None):
+        super().__init__(target)
+        self.loss_fn, self.user_metrics = loss_fn, dict(metrics or {})
+
+    def loss(self, out, batch, reduction: str = "mean"):
+        y = self.targets(batch)
         mean = self.loss_fn(out, y)
         return mean if reduction == "mean" else mean * len(y)
 
-    def metric_sums(self, out, y):
-        return {k: fn(out, y) * len(y) for k, fn in self.metrics.items()}
+    def predictions(self, outputs):
+        return outputs
+
+    def metrics(self) -> dict:
+        import copy
+
+        # a fresh copy per evaluation: a stateful object is never shared between two evaluations
+        return {k: M.as_metric(copy.deepcopy(m) if not callable(m) or hasattr(m, "update") else m)
+                for k, m in self.user_metrics.items()}
 
 
-def normalized_loss(task, out, y, total_units: int | None) -> torch.Tensor:
+def normalized_loss(task, out, batch, total_units: int | None) -> torch.Tensor:
     """The one place where a micro-batch's loss is scaled for accumulation
     (`total_units` None: the micro-batch is the whole batch)."""
-    loss = task.loss(out, y)
+    loss = task.loss(out, batch)
     if total_units is None:
         return loss
-    n = task.units(y)
+    n = task.units(batch)
     return loss if n == total_units else loss * (n / total_units)
+
+
+TASKS = {"classification": ClassificationTask, "multilabel": MultiLabelTask, "regression": RegressionTask,
+         "sequence": SequenceTask, "language_model": LanguageModelTask, "model_loss": ModelLossTask}
+
+
+def build_task(cfg, sample=None, lm: bool = False, num_classes: Optional[int] = None):
+    """The task `cfg.task` names; `auto` reads it off one batch (`sample`): a dict batch is a model
+    that returns its loss, a float target is regression, a [b, T] integer target is sequence
+    labelling, else classification."""
+    t = cfg.task
+    name = t.name
+    if name == "auto":
+        name = "language_model" if lm else _infer(sample, t.target)
+    if name == "classification":
+        return ClassificationTask(cfg.loop.label_smoothing, t.target, num_classes)
+    if name == "multilabel":
+        return MultiLabelTask(t.threshold, t.target)
+    if name == "regression":
+        return RegressionTask(t.loss, t.target)
+    if name == "model_loss":
+        return ModelLossTask()
+    return TASKS[name](target=t.target)
+
+
+def _infer(sample, target) -> str:
+    if sample is None:
+        return "classification"
+    if isinstance(sample, Mapping) and target is None and not any(k in sample for k in TARGET_KEYS[1:]):
+        return "model_loss"  # the Hugging Face shape: {"input_ids", ..., "labels"} into model(**batch)
+    try:
+        y = SupervisedTask(target).targets(sample)
+    except (ConfigError, IndexError, KeyError, TypeError):
+        return "model_loss"
+    if not isinstance(y, torch.Tensor):
+        return "classification"
+    if y.is_floating_point():
+        return "regression"
+    return "sequence" if y.ndim == 2 else "classification"

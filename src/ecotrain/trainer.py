@@ -17,7 +17,8 @@ from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
 from ecotrain.preemption import Preemption
 from ecotrain.config import Config
-from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.device import resolve_device
+from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
 from ecotrain.seeding import deterministic_algorithms, seed_everything
 from ecotrain.state import TrainState
@@ -31,22 +32,23 @@ class RunResult:
     state: TrainState
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' asked for but no CUDA device is available; use device=auto or cpu")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         loss_fn: Optional[Callable] = None, metrics: Optional[Mapping[str, Callable]] = None,
         callbacks: Sequence[Callback] = (), methods: Sequence = (), run_dir: str | Path | None = None,
         quiet: bool = False, resume: str | Path | None = None, allow_config_change: bool = False,
         init_from: str | Path | None = None, keep_optimizer: bool = False, overwrite: bool = False,
-        preemption: Optional[Preemption] = None) -> RunResult:
+        preemption: Optional[Preemption] = None, task: Any = None, optimizer: Optional[Callable] = None,
+        scheduler: Optional[Callable] = None) -> RunResult:
     """Train `config` end to end. Pass `model`, `data`, `loss_fn`, `metrics`, `callbacks`, `methods`
     (ecotrain.methods.Method objects) to use your own parts.
+
+    `data`: (x, y) arrays, a map-style Dataset (items of any structure), an IterableDataset, a
+    DataLoader (torchdata's StatefulDataLoader: exact resume), or {"train": ..., "val": ..., "test": ...}.
+    `task`: a Task (ecotrain.task: forward/loss/units/metrics); None: `config.task` (auto: from the data).
+    `metrics`: {name: stateful metric (update/compute/reset) or fn(preds, target) -> batch mean}.
+    `optimizer`: a factory taking the parameter groups (methods' freezing and per-group LRs applied)
+    and returning a torch optimizer; `scheduler`: a factory taking the optimizer, returning an LR
+    scheduler stepped every step (or epoch, with schedule.interval=epoch).
 
     `resume`: a checkpoint folder to continue from exactly. `init_from`: a checkpoint folder or
     weights file to start a new run from (its optimizer state too with `keep_optimizer`).
@@ -54,7 +56,7 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     With `config.deterministic`, torch's deterministic-algorithm flags are set for the call and
     restored on return. SIGTERM/SIGINT handlers are installed for the call (main thread only);
     the CLI passes its own `preemption`, installed before the slow imports."""
-    parts = UserParts(model, data, loss_fn, metrics, callbacks, methods)
+    parts = UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer, scheduler)
     opts = RunOptions(Path(run_dir) if run_dir else None, quiet, Path(resume) if resume else None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()

@@ -48,7 +48,7 @@ def test_paragraphs_pad_per_batch():
     assert x.shape == (2, 4)  # cut to the batch's longest, not to seq_len
     x, y = src.take(torch.tensor([0, 1]))
     assert x.shape == (2, 20) and (y[0, 4:] == IGNORE).all() and (x[0, 5:] == 0).all()
-    assert LanguageModelTask().units(y) == 24
+    assert LanguageModelTask().units((x, y)) == 24
 
 
 def test_lm_accumulation_with_padding_is_exact():
@@ -59,12 +59,12 @@ def test_lm_accumulation_with_padding_is_exact():
     y[0, 3:] = IGNORE
     y[3, 1:] = IGNORE  # very uneven real lengths
     task = LanguageModelTask()
-    task.loss(m(x), y).backward()
+    task.loss(m(x), (x, y)).backward()
     big = [p.grad.clone() for p in m.parameters()]
     m.zero_grad()
-    total = task.units(y)
-    for xm, ym in micro_batches(x, y, 3):
-        normalized_loss(task, m(xm), ym, total).backward()
+    total = task.units((x, y))
+    for xm, ym in micro_batches((x, y), 3):
+        normalized_loss(task, m(xm), (xm, ym), total).backward()
     for a, b in zip(big, (p.grad for p in m.parameters())):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 

@@ -145,9 +145,9 @@ def test_selective_backprop_is_exact_under_accumulation_and_starts_late():
     for acc in (1, 3):
         model = _model()
         state, sel = _state(model)
-        xs, ys = state.objective.prepare(state, x, y)
+        xs, ys = state.objective.prepare(state, (x, y))
         assert len(ys) == 6 and model.training
-        backward_micro_batches(state, xs, ys, acc)
+        backward_micro_batches(state, (xs, ys), acc)
         grads.append([p.grad for p in model.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
@@ -156,7 +156,7 @@ def test_selective_backprop_is_exact_under_accumulation_and_starts_late():
         losses = nn.functional.cross_entropy(_model()(x), y, reduction="none")
     assert torch.equal(xs, x[torch.sort(torch.topk(losses, 6).indices).values])
     state, _ = _state(_model(), step=1)  # before start_step: the whole batch
-    assert len(state.objective.prepare(state, x, y)[1]) == 24
+    assert len(state.objective.prepare(state, (x, y))[1]) == 24
     assert sel.state_dict() == {"samples": 24, "kept": 6}
 
 
@@ -170,8 +170,8 @@ def test_selective_backprop_step_flops_are_forward_all_plus_forward_backward_kep
     state, _ = _state(model)
 
     def step():
-        xs, ys = state.objective.prepare(state, x, y)
-        backward_micro_batches(state, xs, ys, 1)
+        xs, ys = state.objective.prepare(state, (x, y))
+        backward_micro_batches(state, (xs, ys), 1)
 
     measured = count_flops(model, step, 32)
     fwd_all = count_flops(model, lambda: model(x), 32).total

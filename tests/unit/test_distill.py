@@ -38,7 +38,7 @@ def test_kd_term_and_task_weight_per_micro_batch(tiny_cfg):
     objective = Objective(ClassificationTask(0.0), Methods([d]))
     assert objective.task_weight == pytest.approx(0.7)
     for i, (xm, ym) in enumerate(zip(xb.split(3), yb.split(3))):
-        loss, parts = objective(student, xm, ym, 6, None)
+        loss, parts = objective(student, (xm, ym), 6, None)
         out = student(xm)
         p = F.softmax(d.cache[idx[3 * i:3 * i + 3]] / 3, -1)
         kl = (p * (p.log() - F.log_softmax(out / 3, -1))).sum(-1).mean() * 9

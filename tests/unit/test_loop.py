@@ -34,7 +34,7 @@ def _grads_after(model, x, y, accumulate, terms=False):
     methods = Methods([type("T", (_Terms, Method), {})()] if terms else [])
     state = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
                             objective=Objective(ClassificationTask(), methods), task=ClassificationTask())
-    loss = backward_micro_batches(state, x, y, accumulate)
+    loss = backward_micro_batches(state, (x, y), accumulate)
     return [p.grad.clone() for p in model.parameters()], loss, state.loss_parts
 
 

@@ -51,9 +51,9 @@ def test_resize_stages_follow_the_step_and_each_change_remeasures_flops():
         st.step = s
         m.on_step_end(st)
     assert st.changed == 2  # at steps 20 and 50, once each
-    x, _ = m.prepare_batch(*src.take(torch.arange(4)), SimpleNamespace(step=10))
+    x, _ = m.prepare_batch(src.take(torch.arange(4)), SimpleNamespace(step=10))
     assert x.shape == (4, 20)
-    assert m.prepare_batch(x, None, SimpleNamespace(step=60))[0] is x  # full size: untouched
+    assert m.prepare_batch((x, None), SimpleNamespace(step=60))[0] is x  # full size: untouched
 
 
 def test_resize_refuses_a_model_with_a_fixed_size_head_before_the_run_starts():

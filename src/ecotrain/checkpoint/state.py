@@ -3,7 +3,8 @@
 Model, optimizer, LR schedule, precision (grad scaler), position (step, epoch, batch in epoch),
 every RNG (Python, NumPy, torch CPU, CUDA, the augmentation generator), best weights and the
 callbacks' own state, the log window, the resolved config and the dataset's content hash.
-The sampler needs nothing: its order is a function of (seed, epoch).
+The sampler needs nothing: its order is a function of (seed, epoch); a user's stateful
+DataLoader saves its own state under "data".
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
         "methods": state.methods.state_dict() if state.methods else {},
         "counters": state.counters.state_dict(),
         "position": state.position(),
+        "data": state.data_source.state_dict() if state.data_source is not None else None,
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
                  "weights": state.best_weights},
         "window_losses": window, "window_parts": parts,
@@ -113,6 +115,8 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_m
     if state.methods:
         state.methods.load_state_dict(whole.get("methods", {}), where)
     state.counters.load_state_dict(whole.get("counters", {}))
+    if state.data_source is not None:  # a stateful loader: its position inside the epoch
+        state.data_source.load_state_dict(whole.get("data"))
     pos = whole["position"]
     state.step, state.epoch, state.batch_in_epoch, state.samples_seen = (
         pos["step"], pos["epoch"], pos["batch_in_epoch"], pos["samples_seen"])

@@ -52,8 +52,9 @@ def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None) ->
                         f"(labels must be class ids {allowed})")
 
 
-def validate_arrays(x, y, where: str, num_classes: int | None = None) -> None:
-    """One clear error for data that would otherwise fail (or silently mislead) mid-training."""
+def validate_arrays(x, y, where: str, num_classes: int | None = None, labels: bool = True) -> None:
+    """One clear error for data that would otherwise fail (or silently mislead) mid-training.
+    `labels`: y holds class ids (else real-valued targets, which must be finite)."""
     if len(x) != len(y):
         raise DataError(f"{where}: {len(x)} feature rows but {len(y)} labels; they must match")
     if len(y) == 0:
@@ -63,6 +64,11 @@ def validate_arrays(x, y, where: str, num_classes: int | None = None) -> None:
         if bad.any():
             row = int(bad.reshape(len(x), -1).any(1).nonzero()[0])
             raise DataError(f"{where}: features hold NaN/Inf (first at row {row}); clean or impute them")
+    if not labels:
+        if torch.is_floating_point(y) and not bool(torch.isfinite(y).all()):
+            row = int((~torch.isfinite(y)).reshape(len(y), -1).any(1).nonzero()[0])
+            raise DataError(f"{where}: targets hold NaN/Inf (first at row {row}); clean or drop those rows")
+        return
     check_labels(y, where, num_classes)
 
 

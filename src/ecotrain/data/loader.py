@@ -1,4 +1,4 @@
-"""The loop's batch feed: the sampler's index batches turned into `(idx, x, y)`, in the training
+"""The loop's batch feed: the sampler's index batches turned into `(samples, batch)`, in the training
 process (`data.workers: 0`, the fast path for in-memory data) or by a `torch.utils.data.DataLoader`
 whose workers run `source.take` ahead of the loop.
 
@@ -19,9 +19,10 @@ import time
 
 import torch
 
+from ecotrain.batch import batch_size
 from ecotrain.data.builtin import describe
 from ecotrain.data import sources
-from ecotrain.data.sources import ArraySource, item_seeds
+from ecotrain.data.sources import ArraySource, LoaderSource, item_seeds
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
 
@@ -40,9 +41,12 @@ class Feed:
         self._windows = 0
         self._carry = (0.0, 0, 0)  # the current window's wait, samples and batches so far
         self.warned = False
+        self.warned_skip = False
 
     def epoch(self, epoch: int, start: int):
-        """`(idx, x, y)` for batches `start, start+1, ...` of `epoch`."""
+        """`(samples, batch)` for batches `start, start+1, ...` of `epoch`."""
+        if isinstance(self.source, LoaderSource):
+            return self._from_loader(epoch, start)
         if self.cfg.workers == 0:
             return self._inline(epoch, start)
         return self._workers(epoch, start)
@@ -57,18 +61,19 @@ class Feed:
                 if seeded:
                     sources._item_key = key  # item_seeds() without a context manager's cost
                     try:
-                        x, y = take(idx)
+                        batch = take(idx)
                     finally:
                         sources._item_key = None
                 else:
-                    x, y = take(idx)
+                    batch = take(idx)
                 wait += clock() - t
-                samples += idx.shape[0]
+                n = idx.shape[0]
+                samples += n
                 count += 1
                 if count == WINDOW_BATCHES:  # the figures every window: no per-step bookkeeping
                     self._account(wait, samples, count)
                     wait, samples, count = 0.0, 0, 0
-                yield idx, x, y
+                yield n, batch
         finally:
             self._carry = (wait, samples, count)
 
@@ -85,8 +90,7 @@ class Feed:
             while True:
                 t = clock()
                 try:
-                    idx, x, y = next(it)
-                    idx = torch.as_tensor(idx)
+                    idx, batch = next(it)
                 except StopIteration:
                     return
                 except EcotrainError:
@@ -100,11 +104,60 @@ class Feed:
                 if count == WINDOW_BATCHES:
                     self._account(wait, samples, count)
                     wait, samples, count = 0.0, 0, 0
-                yield idx, x, y
+                yield len(idx), batch
         finally:
             self._carry = (wait, samples, count)
             if not self.cfg.persistent_workers:
                 self._close_iter()
+
+    def _from_loader(self, epoch: int, start: int):
+        """A user's loader: `loop.accumulate` of its batches make one step (MicroBatches). A stateful
+        loader resumes mid-epoch by its own state (restored from the checkpoint); another one is
+        re-read from the epoch's start, the trained batches skipped, which is exact only when its
+        order is a function of the epoch (said once)."""
+        from ecotrain.loop import MicroBatches
+
+        src, group, clock = self.source, self.state.config.loop.accumulate, time.perf_counter
+        wait, samples, count = self._carry
+        self._iter = it = iter(src.loader)
+        try:
+            if start and not src.resumed_by_state:
+                if not self.warned_skip:
+                    self.warned_skip = True
+                    log.warning(f"data: the DataLoader keeps no state (torchdata's StatefulDataLoader does), so "
+                                f"resume re-reads epoch {epoch} from its start and skips the {start} steps "
+                                "already trained; exact only if its order depends on nothing but the epoch")
+                for _ in range(start * group):
+                    if next(it, None) is None:
+                        return
+            src.resumed_by_state = False  # only the first pass after a restore starts mid-epoch by itself
+            while True:
+                t = clock()
+                pieces: list = []
+                try:
+                    while len(pieces) < group:
+                        pieces.append(next(it))
+                except StopIteration:
+                    if not pieces:
+                        return
+                except EcotrainError:
+                    raise
+                except Exception as exc:
+                    raise DataError(f"data: the DataLoader failed reading a batch of epoch {epoch}: "
+                                    f"{_last_line(exc)}") from None
+                n = sum(batch_size(p) for p in pieces)
+                wait += clock() - t
+                samples += n
+                count += 1
+                if count == WINDOW_BATCHES:
+                    self._account(wait, samples, count)
+                    wait, samples, count = 0.0, 0, 0
+                yield n, (pieces[0] if group == 1 else MicroBatches(pieces))
+                if len(pieces) < group:  # the stream ended inside this step's group
+                    return
+        finally:
+            self._carry = (wait, samples, count)
+            self._iter = None
 
     def _make_loader(self):
         cfg, device = self.cfg, self.state.device
@@ -173,8 +226,8 @@ class _TakeBatch(torch.utils.data.Dataset):
     def __getitems__(self, tagged):
         epoch, idx = tagged
         with item_seeds(self.seed, epoch):
-            x, y = self.source.take(torch.as_tensor(idx))
-        return idx, x, y  # idx goes back as the list it came as (see _EpochBatches)
+            batch = self.source.take(torch.as_tensor(idx))
+        return idx, batch  # idx goes back as the list it came as (see _EpochBatches)
 
     def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
         return self.__getitems__((0, [i]))

@@ -1,7 +1,11 @@
-"""What the loop reads from: a `Source` returns a whole batch `(x, y)` for a tensor of indices.
+"""What the loop reads from: a `Source` returns a whole batch for a tensor of indices.
 
-In-memory arrays take the fast path (`x[idx]`, no per-sample Python); any map-style
-`torch.utils.data.Dataset` works through `MapSource` with `default_collate`. While the loader
+In-memory arrays take the fast path (`x[idx]`, no per-sample Python: an `(x, y)` tuple); any
+map-style `torch.utils.data.Dataset`, its items of any structure (tuples, dicts, nested), works
+through `MapSource` with `default_collate`; a user's `DataLoader` (or one built around an
+`IterableDataset`) through `LoaderSource`, read in its own order. Nothing reads a user Dataset
+whole: labels come from its `labels`/`targets` attribute when a feature needs them, and its
+fingerprint from its length and a fixed sample of items (`data.fingerprint` overrides). While the loader
 fetches a training batch (`item_seeds`), each item of a user Dataset is read with the global
 generators seeded by (seed, epoch, sample index): random augmentation in `__getitem__` is then the
 same in the training process and in any loader worker, whichever worker reads the item.
@@ -13,7 +17,7 @@ import contextlib
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import torch
@@ -61,7 +65,7 @@ def _seeded_items(ds, indices: list[int], seed: int, epoch: int) -> list:
 
 class Source(Protocol):
     def __len__(self) -> int: ...
-    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def take(self, idx: torch.Tensor) -> Any: ...  # a batch: (x, y) for arrays, any structure for a Dataset
     def labels(self) -> torch.Tensor: ...
 
 
@@ -89,8 +93,53 @@ class ArraySource:
             h.update(t.contiguous().numpy().tobytes())
 
 
+FINGERPRINT_ITEMS = 16  # items of a user Dataset read for its fingerprint (never the whole dataset)
+
+
+def sample_positions(n: int, k: int = FINGERPRINT_ITEMS) -> list[int]:
+    """`k` fixed positions spread over `n` items (the first and the last included)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def hash_value(h, value) -> None:
+    """Feed one item or batch of any structure into hash `h`: tensors by bytes, the rest by repr."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(value, np.ndarray):
+        hash_value(h, torch.from_numpy(np.ascontiguousarray(value)))
+    elif isinstance(value, dict):
+        for k in sorted(value, key=str):
+            h.update(repr(k).encode())
+            hash_value(h, value[k])
+    elif isinstance(value, (tuple, list)):
+        h.update(b"(")
+        for v in value:
+            hash_value(h, v)
+        h.update(b")")
+    else:
+        h.update(repr(value).encode())
+
+
+def attribute_labels(ds) -> Optional[torch.Tensor]:
+    """A dataset's labels without reading its items: a `labels` or `targets` attribute (torchvision's
+    name), an array or a list of class ids; None when it has neither."""
+    for name in ("labels", "targets"):
+        lab = getattr(ds, name, None)
+        if lab is None or callable(lab):
+            continue
+        try:
+            return torch.as_tensor(np.asarray(lab)).reshape(-1)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
 class MapSource:
-    """A user's map-style Dataset whose items are `(x, y)` pairs."""
+    """A user's map-style Dataset; its items may be of any structure (collated by `default_collate`)."""
 
     def __init__(self, ds: Dataset):
         self.ds = ds
@@ -104,15 +153,111 @@ class MapSource:
             return default_collate([self.ds[i] for i in idx.tolist()])
         return default_collate(_seeded_items(self.ds, idx.tolist(), *_item_key))
 
+    def has_labels(self) -> bool:
+        """Labels are cheap: an attribute of the dataset, no item read."""
+        return self._labels is not None or attribute_labels(self.ds) is not None
+
     def labels(self):
+        """Class ids: the dataset's `labels`/`targets` attribute, else read from every item's target
+        (the last tensor of an (x, y, ...) item) once, when a feature asks for them."""
         if self._labels is None:
-            self._labels = torch.as_tensor([int(self.ds[i][1]) for i in range(len(self))])
+            lab = attribute_labels(self.ds)
+            if lab is None:
+                from ecotrain.log import log
+                log.info(f"data: reading the labels of all {len(self)} items (give the Dataset a `labels` "
+                         "attribute to skip this)")
+                lab = torch.as_tensor([int(_item_target(self.ds[i])) for i in range(len(self))])
+            if len(lab) != len(self):
+                raise DataError(f"data: the Dataset's labels attribute holds {len(lab)} labels for {len(self)} items")
+            self._labels = lab
         return self._labels
 
     def hash_into(self, h) -> None:
-        for i in range(len(self)):
-            for t in self.ds[i]:
-                h.update(torch.as_tensor(t).contiguous().numpy().tobytes())
+        n = len(self)
+        h.update(f"map:{type(self.ds).__qualname__}:{n}".encode())
+        for item in _seeded_items(self.ds, sample_positions(n), 0, 0):  # seeded: random augmentation hashes alike
+            hash_value(h, item)
+
+
+def _item_target(item):
+    if isinstance(item, dict):
+        for k in ("labels", "label", "y", "target", "targets"):
+            if k in item:
+                return item[k]
+    if isinstance(item, (tuple, list)) and len(item) >= 2:
+        return item[1]
+    raise DataError(f"data: cannot find the label of an item of type {type(item).__name__}; give the Dataset "
+                    "a `labels` attribute")
+
+
+class LoaderSource:
+    """A user's `DataLoader` (torchdata's `StatefulDataLoader` included), or one built around an
+    `IterableDataset`: its batches are read in its own order, one pass per epoch. Resume is exact
+    when the loader has `state_dict`/`load_state_dict` (the checkpoint holds it); otherwise the
+    epoch is re-read from its start and the trained batches skipped (data/loader.py says so once)."""
+
+    def __init__(self, loader, fingerprint: Optional[str] = None):
+        self.loader, self.fingerprint = loader, fingerprint
+        self.stateful = all(callable(getattr(loader, a, None)) for a in ("state_dict", "load_state_dict"))
+        self.resumed_by_state = False  # a restored state: the next pass starts where the saved one stopped
+
+    def state_dict(self) -> Optional[dict]:
+        return self.loader.state_dict() if self.stateful else None
+
+    def load_state_dict(self, sd: Optional[dict]) -> None:
+        if sd is not None and self.stateful:
+            self.loader.load_state_dict(sd)
+            self.resumed_by_state = True
+
+    def batches_per_epoch(self) -> Optional[int]:
+        try:
+            return len(self.loader)
+        except TypeError:  # an IterableDataset without __len__
+            return None
+
+    def __len__(self) -> int:
+        """Samples per pass when known (else 0): only figures (the ledger's evaluation count) read it."""
+        try:
+            return len(self.loader.dataset)
+        except TypeError:
+            return 0
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def first_batch(self):
+        """One batch for set-up (the task's shape): collated from item 0 of a map-style dataset, else
+        the stream's first batch (a fresh iterator, dropped: the loop starts its own)."""
+        ds = getattr(self.loader, "dataset", None)
+        if ds is not None and not isinstance(ds, torch.utils.data.IterableDataset):
+            collate = getattr(self.loader, "collate_fn", None) or default_collate
+            return collate([ds[0]])
+        it = iter(self.loader)
+        try:
+            return next(it)
+        except StopIteration:
+            raise DataError("data: the DataLoader yielded no batch; check the dataset is not empty") from None
+        finally:
+            del it
+
+    def hash_into(self, h) -> None:
+        ds = getattr(self.loader, "dataset", None)
+        h.update(f"loader:{type(self.loader).__qualname__}:{type(ds).__qualname__}".encode())
+        if ds is not None and not isinstance(ds, torch.utils.data.IterableDataset):
+            MapSource(ds).hash_into(h)  # a map-style dataset: its length and sampled items
+
+
+def iter_batches(source, batch_size: int):
+    """A split in order, as batches (evaluation): contiguous views of in-memory arrays, a user
+    loader's own batches, else `take` over consecutive indices."""
+    if isinstance(source, LoaderSource):
+        yield from source
+        return
+    take_range = getattr(source, "take_range", None)
+    n = len(source)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        yield take_range(start, stop) if take_range else source.take(torch.arange(start, stop))
 
 
 def subset(base, indices: torch.Tensor):
@@ -155,11 +300,12 @@ class DataBundle:
     input_shape: tuple[int, ...]
     content_hash: str = ""
     extra: dict = field(default_factory=dict)
+    sample: Any = None  # one training batch of one item (the task's shape); None: built-in arrays
 
     def __post_init__(self):
         for name in ("train", "val", "test"):
             split = getattr(self, name)
-            if split is not None and len(split) == 0:
+            if split is not None and not isinstance(split, LoaderSource) and len(split) == 0:
                 raise DataError(f"data: the {name} split is empty; use more samples or a smaller split fraction")
         if not self.content_hash:
             h = hashlib.sha256()

@@ -1,9 +1,13 @@
 """Training methods under one protocol (base.py); one module per method, built from `methods:`
-in the config. Add a method: its config class in config.py (`MethodConfig`), its module here,
-one line in BUILDERS."""
+in the config. Add a method: its config class in config_methods.py (`MethodConfig`), its module
+here, one line in BUILDERS. A third-party method needs none of these: `methods: [{name:
+pkg.module:MyMethod, **kwargs}]` (`user_method`)."""
 
 from __future__ import annotations
 
+from ecotrain.config_methods import UserMethodConfig
+from ecotrain.data.builtin import describe, import_object
+from ecotrain.errors import ConfigError, DataError
 from ecotrain.methods.base import Method, Methods
 
 
@@ -99,9 +103,31 @@ BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, 
             "distill": _distill, "prune": _prune, "qat": _qat}
 
 
+def user_method(m: UserMethodConfig, where: str) -> Method:
+    """`{name: pkg.module:MyMethod, **kwargs}`: a Method subclass (or a factory returning a Method)
+    called with the entry's other keys. `where`: the entry's key in errors (`methods.0`)."""
+    try:
+        obj = import_object(m.name, f"{where}.name")
+    except DataError as exc:
+        raise ConfigError(f"{exc}; name an ecotrain Method subclass, e.g. 'mypkg.methods:MyMethod'") from None
+    try:
+        method = obj(**m.kwargs)
+    except Exception as exc:  # the user's constructor: a wrong keyword, its own checks
+        raise ConfigError(f"{where}: building '{m.name}' with {m.kwargs} raised {describe(exc)}; the entry's keys "
+                          "other than name are its keyword arguments") from None
+    if not isinstance(method, Method):
+        raise ConfigError(f"{where}: '{m.name}' gave a {type(method).__name__}, not an ecotrain Method; "
+                          "subclass ecotrain.methods.Method")
+    if not method.key:  # its checkpoint state needs a stable name; a callback's default is its class name too
+        method.key = type(method).__qualname__
+    return method
+
+
 def build_methods(cfg, extra=()) -> Methods:
     """The config's methods (in order), then any passed by the Python API."""
-    return Methods([*(BUILDERS[m.name](m, cfg) for m in cfg.methods), *extra])
+    built = [user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig) else BUILDERS[m.name](m, cfg)
+             for i, m in enumerate(cfg.methods)]
+    return Methods([*built, *extra])
 
 
-__all__ = ["Method", "Methods", "build_methods", "BUILDERS"]
+__all__ = ["Method", "Methods", "build_methods", "user_method", "BUILDERS"]

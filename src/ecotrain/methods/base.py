@@ -7,7 +7,7 @@ Every hook is optional; each is called from one visible line:
 |---|---|---|
 | `transform(model) -> model` | `assemble.make_model` | after the model is built (and `--init-from` loaded), before the optimizer and the DDP/FSDP wrap; on fresh and resumed runs alike, so a resume restores the changed keys |
 | `param_groups(model) -> list[dict] or None` | `assemble.assemble` → `optim.build_optimizer` | freezing and per-group LRs; None: the default groups |
-| `prepare_batch(x, y, state) -> (x, y)` | `objective.Objective.prepare`, one line in `loop.train_step` | the whole effective batch, before the micro-batches (selective backprop, progressive resizing) |
+| `prepare_batch(batch, state) -> batch` | `objective.Objective.prepare`, one line in `loop.train_step` | the whole effective batch, before the micro-batches (selective backprop, progressive resizing) |
 | `loss_terms(batch, outputs, state) -> {name: tensor}` | `objective.Objective` | every micro-batch; each term a mean over the micro-batch's units, like the task loss; a `task_weight` attribute scales the task loss |
 | `data(source, sampler) -> (source, sampler)` | `assemble.make_sampler` | mixing, ordering, selection; the order must stay a function of (seed, epoch) |
 | `train_mode(model)` | `loop.set_train_mode` | after every `model.train()` (a BatchNorm freeze survives it) |
@@ -15,6 +15,9 @@ Every hook is optional; each is called from one visible line:
 | `finalize(model, data)` | `finish.finish` | once, before the test and the saved weights (precise BN, pruning made permanent) |
 | `export(model) -> {name: tensor} or None` | `finish.finish` | tensors for export.safetensors beside the full weights (replay's buffer, EWC's Fisher, QAT's int8 weights) |
 | `state_dict()` / `load_state_dict(sd)` | the checkpoint | keyed by the method's stable `key`, never by list position |
+
+A batch is whatever the data gives (batch.py); a method that reads `(x, y)` tensors says so with
+`needs = ("xy",)`, and a run whose task or batches differ is refused in one line before it trains.
 
 A method that needs per-step work (EMA's update) also overrides `Callback` hooks; `Methods.callbacks`
 puts it in the callback list, so it is called from the loop's own visible `cbs.on_step_end(state)`.
@@ -37,6 +40,7 @@ class Method(Callback):
     """Override only the hooks you need. `key` names the method's state in checkpoints."""
 
     key: str = ""
+    needs: tuple = ()  # ("xy",): works on (x, y) tensor batches of a classification-like task only
     state_in_methods = True  # its state rides under the checkpoint's "methods", not "callbacks"
 
     def transform(self, model: nn.Module) -> nn.Module:

@@ -148,6 +148,7 @@ def accuracy(model: nn.Module, source, batch_size: int, device, order: Optional[
 
 
 class BatchNormPolicy(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg, strategy: str = "none"):
         if strategy == "fsdp":
             raise ConfigError("methods.batchnorm: not supported with distributed.strategy=fsdp (sharded modules); "

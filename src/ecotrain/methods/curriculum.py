@@ -72,6 +72,7 @@ class CurriculumSampler:
 
 
 class Curriculum(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg):
         self.key, self.cfg, self.epochs, self.window = "curriculum", cfg, cfg.epochs, cfg.window
         self.scores: torch.Tensor | None = None
@@ -120,7 +121,7 @@ class Curriculum(Method):
                 for s in range(0, len(self.source), 512):
                     x, y = self.source.take(torch.arange(s, min(s + 512, len(self.source))))
                     x, y = x.to(ref.device), y.to(ref.device)
-                    out.append(per_sample_loss(state.task, ref.model(x), y).double().cpu())
+                    out.append(per_sample_loss(state.task, ref.model(x), (x, y)).double().cpu())
 
         try:
             flops = count_flops(ref.model, forward_all, len(self.source)).total

@@ -83,6 +83,7 @@ def teacher_cost(path: Path) -> dict:
 
 
 class Distill(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg, run):
         self.key = "distill"
         self.cfg, self.alpha, self.temperature = cfg, cfg.alpha, cfg.temperature

@@ -57,6 +57,7 @@ def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
 
 
 class LwF(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg, run):
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.lwf: not supported with distributed.strategy=fsdp; use ddp or one process")

@@ -175,6 +175,7 @@ def example_weights(y: torch.Tensor, wrong: torch.Tensor, hard_weight: float, ra
 
 # -- the method --------------------------------------------------------------------------------
 class Replay(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg, run):
         if run.distributed.strategy != "none":
             raise ConfigError("methods.replay: one process only for now (its replay rows are a second forward "

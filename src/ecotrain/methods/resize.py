@@ -44,6 +44,7 @@ def resize(x: torch.Tensor, y: torch.Tensor, scale: float, mode: str):
 
 
 class ProgressiveResize(Method):
+    needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     def __init__(self, cfg):
         self.key, self.scales, self.until, self.mode = "progressive_resize", list(cfg.scales), list(cfg.until), cfg.mode
         self.ends: list[int] = []
@@ -85,9 +86,9 @@ class ProgressiveResize(Method):
         finally:
             model.train(was)
 
-    def prepare_batch(self, x, y, state):
+    def prepare_batch(self, batch, state):
         scale = self.scale_at(state.step)
-        return (x, y) if scale == 1.0 else resize(x, y, scale, self.mode)
+        return batch if scale == 1.0 else resize(*batch, scale, self.mode)
 
     def on_step_end(self, state):
         if self.scale_at(state.step) != self.scale_at(state.step - 1):  # the next step's length differs

@@ -23,26 +23,40 @@ from __future__ import annotations
 
 import torch
 
+from ecotrain.batch import batch_size, select
 from ecotrain.errors import ConfigError
 from ecotrain.methods.base import Method
 
 
-def per_sample_loss(task, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def per_sample_loss(task, out, batch) -> torch.Tensor:
     """One loss per sample: the task's unreduced loss, averaged over a sequence's tokens."""
-    from ecotrain.task import LanguageModelTask
+    from ecotrain.task import SequenceTask
 
-    if isinstance(task, LanguageModelTask):
-        tok = task.loss(out, y, "none").view(y.shape)
+    if isinstance(task, SequenceTask):
+        y = task.targets(batch)
+        tok = task.loss(out, batch, "none").view(y.shape)
         mask = (y != task.IGNORE).float()
         return (tok * mask).sum(1) / mask.sum(1).clamp_min(1)
+    n = batch_size(batch)
     try:
-        losses = task.loss(out, y, "none")
-    except Exception:  # a user's mean-only loss function
+        losses = task.loss(out, batch, "none")
+    except Exception:  # a user's mean-only loss function, a model that reduces its own loss
         losses = None
-    if losses is None or losses.shape[:1] != y.shape[:1]:
-        raise ConfigError("methods.selective_backprop: needs a per-sample loss (the built-in classification and "
-                          "language-model tasks); a user loss_fn returns only the batch mean")
-    return losses.reshape(len(y), -1).mean(1)
+    if losses is None or losses.ndim == 0 or losses.shape[:1] != (n,):
+        raise ConfigError(f"methods.selective_backprop: needs a per-sample loss (the built-in classification, "
+                          f"regression and sequence tasks); this run's task ({getattr(task, 'name', 'user')}) "
+                          "gives only the batch mean")
+    return losses.reshape(n, -1).mean(1)
+
+
+class _Bare:
+    """`model.forward` behind a call: the task calls it like the model, without its top-level hooks."""
+
+    def __init__(self, model):
+        self.forward = model.forward
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
 
 
 def top_fraction(losses: torch.Tensor, keep: float) -> torch.Tensor:
@@ -57,22 +71,22 @@ class SelectiveBackprop(Method):
         self.key, self.keep, self.start_step = "selective_backprop", cfg.keep, cfg.start_step
         self.samples = self.kept = 0  # this segment's and earlier ones' (state_dict)
 
-    def prepare_batch(self, x, y, state):
+    def prepare_batch(self, batch, state):
         if self.keep >= 1 or state.step < self.start_step:
-            return x, y
+            return batch
         model = state.model
         model.eval()
         try:
             with torch.no_grad(), state.precision.autocast():
                 # .forward, not __call__: the top-level hooks are the ledger's forward-share probe, and
                 # this pass is training cost (still counted in the step's total), not an evaluation's
-                losses = per_sample_loss(state.task, model.forward(x), y)
+                losses = per_sample_loss(state.task, state.task.forward(_Bare(model), batch), batch)
         finally:
             from ecotrain.loop import set_train_mode
             set_train_mode(state)  # train mode again, with the methods' train_mode (a BatchNorm freeze)
-        idx = top_fraction(losses.float(), self.keep).to(x.device)
-        self.samples, self.kept = self.samples + len(y), self.kept + len(idx)
-        return x.index_select(0, idx), y.index_select(0, idx)
+        idx = top_fraction(losses.float(), self.keep)
+        self.samples, self.kept = self.samples + len(losses), self.kept + len(idx)
+        return select(batch, idx)
 
     def summary(self) -> dict:
         return {"keep": self.keep, "start_step": self.start_step, "samples_scored": self.samples,

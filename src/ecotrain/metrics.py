@@ -1,0 +1,149 @@
+"""Stateful metrics: `update(preds, target)` per batch, `compute()` once over the whole split,
+`reset()`. Exact over the split whatever the batch sizes (F1, R2 and the like are not means of
+batch means), and synced across ranks: every metric here keeps its state as one vector of sums
+(`sums`), which `loop.evaluate` all-reduces together with the loss in one collective.
+
+Any object with `update/compute/reset` works in their place (a torchmetrics `Metric`, which syncs
+itself under torch.distributed); a plain function `fn(preds, target) -> batch mean` is wrapped in
+`BatchMean`, weighted by each batch's samples.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+IGNORE = -100  # target value skipped by token-level metrics (padding), as in cross-entropy
+
+
+class SumMetric:
+    """A metric whose state is a vector of sums; `value(sums)` turns the reduced sums into a number."""
+
+    size = 2
+
+    def __init__(self):
+        self.sums: torch.Tensor | None = None
+
+    def add(self, *values) -> None:
+        v = torch.stack([torch.as_tensor(x).double().reshape(()) for x in values])
+        self.sums = v if self.sums is None else self.sums + v.to(self.sums.device)
+
+    def reset(self) -> None:
+        self.sums = None
+
+    def compute(self) -> float:
+        return self.value(self.sums if self.sums is not None else torch.zeros(self.size, dtype=torch.float64))
+
+    def value(self, sums: torch.Tensor) -> float:
+        return float(sums[0] / sums[1]) if float(sums[1]) else float("nan")
+
+
+class Accuracy(SumMetric):
+    """Top-1 accuracy; tokens whose target is -100 are skipped. `multilabel`: the share of labels
+    right, each on when its sigmoid is above `threshold`."""
+
+    def __init__(self, multilabel: bool = False, threshold: float = 0.5):
+        super().__init__()
+        self.multilabel, self.threshold = multilabel, threshold
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        if self.multilabel:
+            on = torch.sigmoid(preds.float()) > self.threshold
+            self.add((on == (target > 0.5)).sum(), target.numel())
+            return
+        keep = target != IGNORE
+        self.add(((preds.argmax(-1) == target) & keep).sum(), keep.sum())
+
+
+class MeanSquaredError(SumMetric):
+    def update(self, preds, target) -> None:
+        d = preds.float().reshape(target.shape) - target.float()
+        self.add((d * d).sum(), d.numel())
+
+
+class MeanAbsoluteError(SumMetric):
+    def update(self, preds, target) -> None:
+        d = preds.float().reshape(target.shape) - target.float()
+        self.add(d.abs().sum(), d.numel())
+
+
+class R2Score(SumMetric):
+    """1 - SSE / total variance of the targets, over the whole split (every output pooled)."""
+
+    size = 4
+
+    def update(self, preds, target) -> None:
+        t = target.double()
+        d = preds.double().reshape(target.shape) - t
+        self.add((d * d).sum(), t.sum(), (t * t).sum(), t.numel())
+
+    def value(self, sums) -> float:
+        sse, s, ss, n = (float(v) for v in sums)
+        var = ss - s * s / n if n else 0.0
+        return 1.0 - sse / var if var > 0 else float("nan")
+
+
+class F1Score(SumMetric):
+    """Macro F1 over `num_classes` classes, from the split's confusion counts."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.size = num_classes * 3  # tp, fp, fn per class
+        self.classes = num_classes
+
+    def update(self, preds, target) -> None:
+        keep = target != IGNORE
+        p, t = preds.argmax(-1)[keep], target[keep]
+        c = self.classes
+        tp = torch.bincount(t[p == t], minlength=c)
+        fp = torch.bincount(p[p != t], minlength=c)
+        fn = torch.bincount(t[p != t], minlength=c)
+        v = torch.cat([tp, fp, fn]).double()
+        self.sums = v if self.sums is None else self.sums + v
+
+    def value(self, sums) -> float:
+        tp, fp, fn = sums.view(3, -1)
+        seen = (tp + fp + fn) > 0
+        f1 = 2 * tp / (2 * tp + fp + fn).clamp(min=1)
+        return float(f1[seen].mean()) if bool(seen.any()) else float("nan")
+
+
+class SumOver(SumMetric):
+    """A sum divided by a count, both given per batch (bits per character: nats / ln 2 per token)."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def update(self, preds, target) -> None:
+        self.add(*self.fn(preds, target))
+
+
+class BatchMean(SumMetric):
+    """A plain function `fn(preds, target) -> mean over the batch`, weighted by the batch's samples."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def update(self, preds, target) -> None:
+        n = len(target) if hasattr(target, "__len__") else 1
+        self.add(torch.as_tensor(self.fn(preds, target)).detach().float() * n, n)
+
+
+def as_metric(obj):
+    """An object with update/compute/reset as it is; a function wrapped in `BatchMean`."""
+    if all(callable(getattr(obj, a, None)) for a in ("update", "compute", "reset")):
+        return obj
+    if callable(obj):
+        return BatchMean(obj)
+    raise TypeError(f"a metric must have update/compute/reset or be a function (preds, target), "
+                    f"got {type(obj).__name__}")
+
+
+def scalar(value) -> float:
+    """A metric's computed value as a float (a 0-d tensor from torchmetrics included)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().mean()) if value.numel() != 1 else float(value.item())
+    return float(value)
