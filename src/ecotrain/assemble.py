@@ -353,10 +353,9 @@ def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str
     if train is None:
         raise DataError("data: a train split is required")
     val, test = (_as_source(parts.get(k), f"{k} data", batch_size) for k in ("val", "test"))
-    sample = first = _first_batch(train)
+    sample = _first_batch(train)
     y0 = sample[1] if _is_xy(sample) else None
     if isinstance(train, ArraySource):
-        sample = None  # the built-in (x, y) path: shapes from the arrays
         if num_classes is None and not torch.is_floating_point(y0):
             num_classes = int(train.labels().max()) + 1
     elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1 \
@@ -364,7 +363,7 @@ def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str
         num_classes = int(train.labels().max()) + 1  # a labels attribute: no item read
     elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1:
         num_classes = getattr(getattr(train, "ds", None), "num_classes", None)
-    shape = tuple(_first_tensor(first).shape[1:])
+    shape = tuple(_first_tensor(sample).shape[1:])
     return DataBundle(train, val, test, num_classes, shape, sample=sample,
                       content_hash=("user:" + fingerprint) if fingerprint else "")
 

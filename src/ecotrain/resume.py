@@ -44,6 +44,22 @@ def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_conf
     return restore(state, cbs, augment, tensors, meta, folder, allow_missing=allow_config_change)
 
 
+def auto(run_dir, overwrite: bool = False) -> tuple[Path | None, bool]:
+    """`resume="auto"` (`--resume auto`): (the run folder's newest valid checkpoint or None, overwrite).
+    A first try killed before its first checkpoint left only a partial run: it starts again."""
+    from ecotrain.checkpoint.manager import latest_valid
+
+    if not run_dir:
+        raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
+    run_dir = Path(run_dir)
+    resume = latest_valid(run_dir, log.warning) if run_dir.is_dir() else None
+    if resume is None and (run_dir / "summary.json").is_file() and not overwrite:
+        raise ConfigError(f"{run_dir}: holds a finished run without a valid checkpoint; nothing to resume. "
+                          "Choose a fresh --run-dir, or pass --overwrite to replace it")
+    log.info(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh")
+    return resume, overwrite or resume is None
+
+
 def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False, say: bool = True) -> Path:
     """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
     when it has none, or when the optimizer state is wanted too. `say`: tell the user which."""

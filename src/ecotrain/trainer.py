@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import torch
 from torch import nn
 
 from ecotrain import distributed, loop
+from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
 from ecotrain.preemption import Preemption
@@ -50,13 +50,16 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     and returning a torch optimizer; `scheduler`: a factory taking the optimizer, returning an LR
     scheduler stepped every step (or epoch, with schedule.interval=epoch).
 
-    `resume`: a checkpoint folder to continue from exactly. `init_from`: a checkpoint folder or
+    `resume`: a checkpoint folder to continue from exactly; "auto": the newest valid one in `run_dir`
+    (none yet: start fresh), for a job that is restarted after a kill. `init_from`: a checkpoint folder or
     weights file to start a new run from (its optimizer state too with `keep_optimizer`).
     `run_dir` must not hold a run unless resuming, or with `overwrite`.
     With `config.deterministic`, torch's deterministic-algorithm flags are set for the call and
     restored on return. SIGTERM/SIGINT handlers are installed for the call (main thread only);
     the CLI passes its own `preemption`, installed before the slow imports."""
     parts = UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer, scheduler)
+    if resume == "auto":  # the newest valid checkpoint in run_dir, or a fresh start (a restarted job)
+        resume, overwrite = resume_mod.auto(run_dir, overwrite)
     opts = RunOptions(Path(run_dir) if run_dir else None, quiet, Path(resume) if resume else None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()

@@ -1,7 +1,7 @@
 """Training methods under one protocol (base.py); one module per method, built from `methods:`
 in the config. Add a method: its config class in config_methods.py (`MethodConfig`), its module
 here, one line in BUILDERS. A third-party method needs none of these: `methods: [{name:
-pkg.module:MyMethod, **kwargs}]` (`user_method`)."""
+pkg.module:MyMethod, **kwargs}]` (`_user_method`)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, 
             "distill": _distill, "prune": _prune, "qat": _qat}
 
 
-def user_method(m: UserMethodConfig, where: str) -> Method:
+def _user_method(m: UserMethodConfig, where: str) -> Method:
     """`{name: pkg.module:MyMethod, **kwargs}`: a Method subclass (or a factory returning a Method)
     called with the entry's other keys. `where`: the entry's key in errors (`methods.0`)."""
     try:
@@ -125,9 +125,9 @@ def user_method(m: UserMethodConfig, where: str) -> Method:
 
 def build_methods(cfg, extra=()) -> Methods:
     """The config's methods (in order), then any passed by the Python API."""
-    built = [user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig) else BUILDERS[m.name](m, cfg)
+    built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig) else BUILDERS[m.name](m, cfg)
              for i, m in enumerate(cfg.methods)]
     return Methods([*built, *extra])
 
 
-__all__ = ["Method", "Methods", "build_methods", "user_method", "BUILDERS"]
+__all__ = ["Method", "Methods", "build_methods", "BUILDERS"]
