@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
                         (slice(0, int(0.7 * n)), slice(int(0.7 * n), int(0.85 * n)), slice(int(0.85 * n), n)))
     torch.manual_seed(0)
     cfg = ecotrain.Config.model_validate({
-        "name": "npy", "data": {"batch_size": 50, "workers": args.workers}, "optim": {"lr": 3e-3},
+        "name": "npy", "data": {"batch_size": 50, "workers": args.workers}, "optim": {"lr": 1e-2},
         "loop": {"max_epochs": args.epochs, "log_every": 10}, "ledger": {"energy": "off"},
     })
     result = ecotrain.fit(cfg, model=small_cnn(), data={"train": train, "val": val, "test": test},

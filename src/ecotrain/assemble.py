@@ -6,6 +6,7 @@ does that once everything (a resume included) has been checked, so a refused sta
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -28,6 +29,7 @@ from ecotrain.data.augment import SignalAugment
 from ecotrain.data.bucketing import build_sampler, padding_ratio
 from ecotrain.data.builtin import describe, import_object, validate_arrays
 from ecotrain.errors import ConfigError, DataError, EcotrainError
+from ecotrain.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
 from ecotrain.memory import configure_memory
@@ -101,7 +103,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     sched = parts.scheduler(opt) if parts.scheduler else build_scheduler(opt, cfg.schedule, sched_total)
     state = TrainState(cfg, net, opt, sched, Objective(task, methods),
                        Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods,
-                       data_source=source if isinstance(source, LoaderSource) and source.stateful else None)
+                       data_source=source if isinstance(source, LoaderSource) else None)
     augment = SignalAugment(cfg.data.augment, cfg.seed)
     if augment.active and not isinstance(source, ArraySource):
         raise ConfigError("data.augment: works on in-memory (x, y) signal arrays only; augment inside your "
@@ -191,6 +193,7 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
         if dist.world_size > 1:
             raise ConfigError("data: a DataLoader under torchrun is not sharded by ecotrain; pass a map-style "
                               "Dataset (ecotrain shards it per rank) or run one process")
+        bundle.train.seed(cfg.seed)
         return bundle.train, LoaderSteps(bundle.train, cfg), {}
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
     sampler = build_sampler(len(bundle.train), lengths, cfg.data.batch_size * cfg.loop.accumulate, cfg.seed,
@@ -330,7 +333,11 @@ def _stream_loader(ds, batch_size: int):
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader  # optional: the `stream` extra
     except ImportError:
+        log.warning("data: an IterableDataset without torchdata resumes by re-reading the stream; "
+                    "pip install 'ecotrain[stream]' for an exact resume")
         return torch.utils.data.DataLoader(ds, batch_size=batch_size)
+    # torchdata 0.11 calls a torch API that torch 2.13 deprecates, once per iterator: not the user's concern
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     return StatefulDataLoader(ds, batch_size=batch_size)
 
 

@@ -108,14 +108,10 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
-
-
 def cmd_fit(args) -> int:
     from pathlib import Path
 
-    from ecotrain.checkpoint import latest_valid
     from ecotrain.config import load_config
-    from ecotrain.log import log
 
     cfg = load_config(args.recipe, args.overrides)
     if args.print_config:
@@ -128,17 +124,10 @@ def cmd_fit(args) -> int:
 
         return fit_seeds(args, cfg.name, cmd_fit)
     resume, overwrite = None, args.overwrite
-    if args.resume == "auto":
-        if not args.run_dir:
-            raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
-        run_dir = Path(args.run_dir)
-        resume = latest_valid(run_dir, log.warning)
-        if resume is None and (run_dir / "summary.json").is_file() and not overwrite:
-            raise ConfigError(f"{run_dir}: holds a finished run without a valid checkpoint; nothing to resume. "
-                              "Choose a fresh --run-dir, or pass --overwrite to replace it")
-        # a first try killed before its first checkpoint left only a partial run: start it again
-        overwrite = overwrite or resume is None
-        log.info(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh")
+    if args.resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
+        from ecotrain.resume import auto
+
+        resume, overwrite = auto(args.run_dir, overwrite)
     elif args.resume:
         resume = Path(args.resume)
     return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from, args.keep_optimizer,

@@ -119,7 +119,7 @@ class Feed:
 
         src, group, clock = self.source, self.state.config.loop.accumulate, time.perf_counter
         wait, samples, count = self._carry
-        self._iter = it = iter(src.loader)
+        self._iter = it = src.read(iter, src.loader)
         try:
             if start and not src.resumed_by_state:
                 if not self.warned_skip:
@@ -128,7 +128,7 @@ class Feed:
                                 f"resume re-reads epoch {epoch} from its start and skips the {start} steps "
                                 "already trained; exact only if its order depends on nothing but the epoch")
                 for _ in range(start * group):
-                    if next(it, None) is None:
+                    if src.read(next, it, None) is None:
                         return
             src.resumed_by_state = False  # only the first pass after a restore starts mid-epoch by itself
             while True:
@@ -136,7 +136,7 @@ class Feed:
                 pieces: list = []
                 try:
                     while len(pieces) < group:
-                        pieces.append(next(it))
+                        pieces.append(src.read(next, it))
                 except StopIteration:
                     if not pieces:
                         return

@@ -200,13 +200,33 @@ class LoaderSource:
         self.loader, self.fingerprint = loader, fingerprint
         self.stateful = all(callable(getattr(loader, a, None)) for a in ("state_dict", "load_state_dict"))
         self.resumed_by_state = False  # a restored state: the next pass starts where the saved one stopped
+        self.rng = torch.Generator().manual_seed(0).get_state()  # the loader's own torch RNG (`seed`)
 
-    def state_dict(self) -> Optional[dict]:
-        return self.loader.state_dict() if self.stateful else None
+    def seed(self, seed: int) -> None:
+        self.rng = torch.Generator().manual_seed(seed + 7919).get_state()
+
+    def read(self, fn, *args):
+        """`fn(*args)` (iter or next on the loader) with torch's global generator swapped for the
+        loader's own: a DataLoader draws its shuffle and worker seeds from the global generator, which
+        would shift the model's dropout masks by a resume's extra `iter()`; the swap keeps training's
+        random stream the same whether or not the run was resumed."""
+        train = torch.get_rng_state()
+        torch.set_rng_state(self.rng)
+        try:
+            return fn(*args)
+        finally:
+            self.rng = torch.get_rng_state()
+            torch.set_rng_state(train)
+
+    def state_dict(self) -> dict:
+        return {"loader": self.loader.state_dict() if self.stateful else None, "rng": self.rng.clone()}
 
     def load_state_dict(self, sd: Optional[dict]) -> None:
-        if sd is not None and self.stateful:
-            self.loader.load_state_dict(sd)
+        if not sd:
+            return
+        self.rng = sd["rng"].clone()
+        if sd.get("loader") is not None and self.stateful:
+            self.loader.load_state_dict(sd["loader"])
             self.resumed_by_state = True
 
     def batches_per_epoch(self) -> Optional[int]:
@@ -222,9 +242,6 @@ class LoaderSource:
         except TypeError:
             return 0
 
-    def __iter__(self):
-        return iter(self.loader)
-
     def first_batch(self):
         """One batch for set-up (the task's shape): collated from item 0 of a map-style dataset, else
         the stream's first batch (a fresh iterator, dropped: the loop starts its own)."""
@@ -232,9 +249,9 @@ class LoaderSource:
         if ds is not None and not isinstance(ds, torch.utils.data.IterableDataset):
             collate = getattr(self.loader, "collate_fn", None) or default_collate
             return collate([ds[0]])
-        it = iter(self.loader)
+        it = self.read(iter, self.loader)
         try:
-            return next(it)
+            return self.read(next, it)
         except StopIteration:
             raise DataError("data: the DataLoader yielded no batch; check the dataset is not empty") from None
         finally:
@@ -251,7 +268,9 @@ def iter_batches(source, batch_size: int):
     """A split in order, as batches (evaluation): contiguous views of in-memory arrays, a user
     loader's own batches, else `take` over consecutive indices."""
     if isinstance(source, LoaderSource):
-        yield from source
+        it = source.read(iter, source.loader)
+        while (batch := source.read(next, it, None)) is not None:
+            yield batch
         return
     take_range = getattr(source, "take_range", None)
     n = len(source)
