@@ -1,6 +1,7 @@
 """A folder of .npy files read lazily by your own Dataset: each `__getitem__` loads one file, so the
-data never has to fit in memory. ecotrain reads no item to start (the labels come from the Dataset's
-`labels` attribute; the fingerprint from its length and 16 sampled items), and items come back as
+data never has to fit in memory. ecotrain reads 17 items to start, not the folder (item 0 for the
+task's shape, 16 sampled for the fingerprint; the labels come from the Dataset's `labels`
+attribute, no file opened), and items come back as
 `(x, y, meta)`: the metadata (the file name) rides along with the batch, untouched.
 
     python examples/npy_folder.py --folder runs/signals --run-dir runs/npy

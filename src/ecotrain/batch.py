@@ -14,6 +14,10 @@ from typing import Any, Callable
 import torch
 
 
+class MicroBatches(list):
+    """An effective batch already in pieces: `loop.accumulate` batches of a user's DataLoader."""
+
+
 def tree_map(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
     """`batch` with `fn` applied to every tensor leaf, the containers rebuilt as they were."""
     if isinstance(batch, torch.Tensor):
@@ -45,14 +49,16 @@ def leaves(batch: Any) -> list[torch.Tensor]:
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = True) -> Any:
-    if isinstance(batch, tuple) and len(batch) == 2 and type(batch[0]) is torch.Tensor \
-            and type(batch[1]) is torch.Tensor:  # the common (x, y): no tree walk
+    if type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor \
+            and type(batch[1]) is torch.Tensor:  # the common (x, y): no tree walk (not a namedtuple)
         return batch[0].to(device, non_blocking=non_blocking), batch[1].to(device, non_blocking=non_blocking)
     return tree_map(lambda t: t.to(device, non_blocking=non_blocking), batch)
 
 
 def batch_size(batch: Any) -> int:
-    """Samples in `batch`: the first dimension of its first tensor leaf."""
+    """Samples in `batch`: the first dimension of its first tensor leaf (MicroBatches: of every piece)."""
+    if isinstance(batch, MicroBatches):
+        return sum(batch_size(p) for p in batch)
     if isinstance(batch, tuple) and batch and isinstance(batch[0], torch.Tensor):
         return batch[0].shape[0]
     for t in leaves(batch):
@@ -94,12 +100,12 @@ def _rebuild_mapping(like: Mapping, items: dict) -> Any:
 
 
 def split(batch: Any, n_micro: int) -> list:
-    """`batch` as `n_micro` micro-batches of about equal size (the last may be smaller; fewer when
-    the batch has fewer samples than `n_micro`)."""
+    """`batch` in micro-batches of at most ceil(samples / n_micro) samples each (the last may be
+    smaller, and there may be fewer than `n_micro` of them: 9 samples in 4 make 3 pieces of 3)."""
     total = batch_size(batch)
     size = -(-total // n_micro)  # ceil
     n = -(-total // size)
-    if isinstance(batch, tuple) and len(batch) == 2 and type(batch[0]) is torch.Tensor \
+    if type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor \
             and type(batch[1]) is torch.Tensor:
         return list(zip(batch[0].split(size), batch[1].split(size)))
     return _cut(batch, size, n)

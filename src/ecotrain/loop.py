@@ -12,20 +12,18 @@ import time
 
 import torch
 
-from ecotrain.batch import split, to_device
+from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
 from ecotrain.memory import recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
 
 
-class MicroBatches(list):
-    """An effective batch already in pieces: `loop.accumulate` batches of a user's DataLoader."""
-
-
 def micro_batches(batch, n_micro: int) -> list:
-    if isinstance(batch, MicroBatches):
-        return batch
+    if isinstance(batch, MicroBatches):  # a loader's batches; OOM recovery cuts each piece further
+        if n_micro <= len(batch):
+            return batch
+        return [p for piece in batch for p in split(piece, -(-n_micro // len(batch)))]
     if n_micro == 1:
         return [batch]
     return split(batch, n_micro)  # batch.py: any structure, cut along the first dimension

@@ -29,7 +29,7 @@ class Objective:
         # a method may weight the task loss (distillation: 1 - alpha); the product of every `task_weight`
         self.task_weight = math.prod(float(getattr(m, "task_weight", 1.0)) for m in getattr(methods, "methods", ()))
         self.plain = not methods.has_loss_terms and self.task_weight == 1.0  # the task loss alone
-        self.batch_methods = [m for m in getattr(methods, "methods", ()) if callable(getattr(m, "prepare_batch", None))]
+        self.batch_methods = list(getattr(methods, "batch_methods", ()))
 
     def prepare(self, state, batch):
         """The effective batch after the methods' `prepare_batch`, in config order."""

@@ -53,7 +53,7 @@ class TrainState:
     run_dir: Optional[Path] = None
     dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
     methods: Any = None  # methods.Methods
-    data_source: Any = None  # a train source with its own position (a user's StatefulDataLoader); checkpointed
+    data_source: Any = None  # a user's loader (LoaderSource): its state and its own RNG ride in the checkpoint
 
     # position
     step: int = 0  # optimizer steps taken

@@ -22,6 +22,7 @@ Hugging Face shape: the model takes the whole dict and returns `outputs.loss`.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
@@ -124,6 +125,11 @@ class SupervisedTask:
         return {}
 
 
+def _full(out: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 outputs (autocast) in fp32 for the loss; fp32 and fp64 as they are."""
+    return out.float() if out.dtype in (torch.float16, torch.bfloat16) or not out.is_floating_point() else out
+
+
 def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
     return per_sample.mean() if reduction == "mean" else per_sample.sum() if reduction == "sum" else per_sample
 
@@ -140,7 +146,8 @@ class ClassificationTask(SupervisedTask):
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
         y = batch[1] if type(batch) is tuple and len(batch) == 2 and self.target is None else self.targets(batch)
         out = out if type(out) is torch.Tensor else logits_of(out)
-        out = out if out.dtype == torch.float32 else out.float()  # fp32 softmax under autocast
+        if out.dtype in (torch.float16, torch.bfloat16):
+            out = out.float()  # fp32 softmax under autocast
         return F.cross_entropy(out, y, reduction=reduction, label_smoothing=self.label_smoothing)
 
     def units(self, batch) -> int:
@@ -163,7 +170,8 @@ class MultiLabelTask(SupervisedTask):
         self.threshold = threshold
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
-        out, y = logits_of(out).float(), self.targets(batch).float()
+        out = _full(logits_of(out))
+        y = self.targets(batch).to(out.dtype)
         per_sample = F.binary_cross_entropy_with_logits(out, y, reduction="none").flatten(1).mean(1)
         return _reduce(per_sample, reduction)
 
@@ -185,13 +193,13 @@ class RegressionTask(SupervisedTask):
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
         y = self.targets(batch)
-        out = logits_of(out).float()
+        out = _full(logits_of(out))
         if out.shape != y.shape:
             if out.numel() != y.numel():
                 raise ConfigError(f"task=regression: the model's output {tuple(out.shape)} does not match the "
                                   f"target {tuple(y.shape)}; give the model one output per target value")
             out = out.reshape(y.shape)
-        per_sample = self.fn(out, y.float(), reduction="none").reshape(len(y), -1).mean(1)
+        per_sample = self.fn(out, y.to(out.dtype), reduction="none").reshape(len(y), -1).mean(1)
         return _reduce(per_sample, reduction)
 
     def metrics(self) -> dict:
@@ -304,8 +312,6 @@ class UserTask(SupervisedTask):
         return outputs
 
     def metrics(self) -> dict:
-        import copy
-
         # a fresh copy per evaluation: a stateful object is never shared between two evaluations
         return {k: M.as_metric(copy.deepcopy(m) if not callable(m) or hasattr(m, "update") else m)
                 for k, m in self.user_metrics.items()}
@@ -318,6 +324,8 @@ def normalized_loss(task, out, batch, total_units: int | None) -> torch.Tensor:
     if total_units is None:
         return loss
     n = task.units(batch)
+    if n == 0:  # a piece of padding only: its mean is 0/0; it adds nothing (and keeps the graph)
+        return loss.nan_to_num(0.0) * 0.0
     return loss if n == total_units else loss * (n / total_units)
 
 

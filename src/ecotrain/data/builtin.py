@@ -239,8 +239,12 @@ def import_object(path: str, what: str):
 
 
 def _user_dataset(cfg: Config):
-    """A map-style Dataset by import path (or a factory returning one), every item checked once:
-    an (x, y) pair, x of one shape and finite, y an integer class id. Returns (source, num_classes)."""
+    """A map-style Dataset by import path (or a factory returning one), checked: an (x, y) pair, x of
+    one shape and finite, y an integer class id. Every item is read once for its label (the seeded
+    stratified split needs them), unless the Dataset has a `labels`/`targets` attribute: then only a
+    fixed sample of 16 items is read and checked. Returns (source, num_classes)."""
+    from ecotrain.data.sources import attribute_labels, sample_positions
+
     name = cfg.data.name
     obj = import_object(name, "data.name")
     where = f"data.name: dataset '{name}'"
@@ -255,7 +259,10 @@ def _user_dataset(cfg: Config):
     if n == 0:
         raise DataError(f"{where} is empty")
     labels, shape0 = [], None
-    for i in range(n):
+    given = attribute_labels(ds)
+    if given is not None and len(given) != n:
+        raise DataError(f"{where}: its labels attribute holds {len(given)} labels for {n} items")
+    for i in (range(n) if given is None else sample_positions(n)):
         try:
             item = ds[i]
         except Exception as exc:
@@ -276,7 +283,7 @@ def _user_dataset(cfg: Config):
         if y.numel() != 1 or not (y.dtype.is_floating_point or y.dtype in _INT_DTYPES):
             raise DataError(f"{where}: item {i}: y must be one integer class id, got {tuple(y.shape)} {y.dtype}")
         labels.append(y.reshape(()).item())
-    y_all = torch.tensor(labels)
+    y_all = torch.tensor(labels) if given is None else given
     num_classes = getattr(ds, "num_classes", None)
     if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1):
         raise DataError(f"{where}: num_classes must be a positive int, got {num_classes!r}")

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from ecotrain.batch import batch_size
+from ecotrain.batch import MicroBatches, batch_size
 from ecotrain.data.builtin import describe
 from ecotrain.data import sources
 from ecotrain.data.sources import ArraySource, LoaderSource, item_seeds
@@ -115,8 +115,6 @@ class Feed:
         loader resumes mid-epoch by its own state (restored from the checkpoint); another one is
         re-read from the epoch's start, the trained batches skipped, which is exact only when its
         order is a function of the epoch (said once)."""
-        from ecotrain.loop import MicroBatches
-
         src, group, clock = self.source, self.state.config.loop.accumulate, time.perf_counter
         wait, samples, count = self._carry
         self._iter = it = src.read(iter, src.loader)

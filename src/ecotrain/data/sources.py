@@ -67,6 +67,7 @@ class Source(Protocol):
     def __len__(self) -> int: ...
     def take(self, idx: torch.Tensor) -> Any: ...  # a batch: (x, y) for arrays, any structure for a Dataset
     def labels(self) -> torch.Tensor: ...
+    def hash_into(self, h) -> None: ...  # the content fingerprint (unless data.fingerprint names it)
 
 
 class ArraySource:
@@ -158,8 +159,8 @@ class MapSource:
         return self._labels is not None or attribute_labels(self.ds) is not None
 
     def labels(self):
-        """Class ids: the dataset's `labels`/`targets` attribute, else read from every item's target
-        (the last tensor of an (x, y, ...) item) once, when a feature asks for them."""
+        """Class ids: the dataset's `labels`/`targets` attribute, else read from every item once, when
+        a feature asks for them (an item's second element, or its 'labels'/'label'/... entry)."""
         if self._labels is None:
             lab = attribute_labels(self.ds)
             if lab is None:

@@ -33,7 +33,7 @@ from torch import nn
 from ecotrain.callbacks.base import HOOKS, Callback
 from ecotrain.errors import CheckpointError, ConfigError
 
-METHOD_HOOKS = ("transform", "param_groups", "loss_terms", "data", "train_mode", "eval_model", "finalize", "export")
+METHOD_HOOKS = ("transform", "param_groups", "prepare_batch", "loss_terms", "data", "train_mode", "eval_model", "finalize", "export")
 
 
 class Method(Callback):
@@ -48,6 +48,9 @@ class Method(Callback):
 
     def param_groups(self, model: nn.Module) -> Optional[list[dict]]:
         return None
+
+    def prepare_batch(self, batch, state):
+        return batch
 
     def loss_terms(self, batch, outputs, state) -> dict[str, torch.Tensor]:
         return {}
@@ -86,6 +89,7 @@ class Methods:
             raise ConfigError(f"methods: '{dup[0]}' is listed twice; give each method once")
         self._users = {h: [m for m in self.methods if overrides(m, h)] for h in METHOD_HOOKS}
         self.has_loss_terms = bool(self._users["loss_terms"])
+        self.batch_methods = self._users["prepare_batch"]  # the Objective runs them on the effective batch
         self.transforms = bool(self._users["transform"])
 
     def __bool__(self) -> bool:
