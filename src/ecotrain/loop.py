@@ -62,8 +62,12 @@ def train_step(state, batch, cbs) -> None:
         if n_micro == 1 and state.objective.plain and prec.dtype is None:
             # fp32, the task loss alone, one micro-batch: a hand-written loop's step, written as one
             # (each layer of calls between torch ops costs ~1% of a small model's step on CPU)
-            task = state.objective.task
-            loss = task.loss(task.forward(model, batch), batch)
+            objective = state.objective
+            task = objective.task
+            if objective.xy and type(batch) is tuple and len(batch) == 2:  # (x, y): model(x), no forward() layer
+                loss = task.loss(model(batch[0]), batch)
+            else:
+                loss = task.loss(task.forward(model, batch), batch)
             loss.backward()
             state.loss, state.loss_parts = loss.detach(), None
         else:
@@ -199,10 +203,11 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
         loss_sum = torch.zeros((), device=device)
     summed = {k: m for k, m in metrics.items() if isinstance(m, SumMetric)}
     sizes = [m.size for m in summed.values()]
+    states = [m.sums for m in summed.values()]
     packed = torch.cat([loss_sum.reshape(1).double(), torch.tensor([float(units)], device=loss_sum.device,
                                                                      dtype=torch.float64)]
-                       + [(m.sums if m.sums is not None else torch.zeros(m.size, dtype=torch.float64))
-                          .to(loss_sum.device) for m in summed.values()])
+                       + [(v if v is not None else torch.zeros(m.size, dtype=torch.float64)).to(loss_sum.device)
+                          for v, m in zip(states, summed.values())])
     if dist is not None:
         packed = dist.all_reduce_sum(packed)
     packed = packed.cpu()

@@ -18,22 +18,33 @@ IGNORE = -100  # target value skipped by token-level metrics (padding), as in cr
 
 
 class SumMetric:
-    """A metric whose state is a vector of sums; `value(sums)` turns the reduced sums into a number."""
+    """A metric whose state is a vector of sums; `value(sums)` turns the reduced sums into a number.
+    `add` keeps each batch's values as they come (tensors stay on the device, no sync, no stacking per
+    batch); `sums` adds them up once, at the end of the split."""
 
     size = 2
 
     def __init__(self):
-        self.sums: torch.Tensor | None = None
+        self.parts: list = []
 
     def add(self, *values) -> None:
-        v = torch.stack([torch.as_tensor(x).double().reshape(()) for x in values])
-        self.sums = v if self.sums is None else self.sums + v.to(self.sums.device)
+        self.parts.append(values)
+
+    @property
+    def sums(self) -> torch.Tensor | None:
+        if not self.parts:
+            return None
+        cols = zip(*self.parts)
+        out = [sum(c[1:], c[0]) for c in cols]  # tensors add on their device; plain numbers as numbers
+        device = next((v.device for v in out if isinstance(v, torch.Tensor)), None)
+        return torch.stack([torch.as_tensor(v, device=device).double().reshape(()) for v in out])
 
     def reset(self) -> None:
-        self.sums = None
+        self.parts = []
 
     def compute(self) -> float:
-        return self.value(self.sums if self.sums is not None else torch.zeros(self.size, dtype=torch.float64))
+        sums = self.sums
+        return self.value(sums if sums is not None else torch.zeros(self.size, dtype=torch.float64))
 
     def value(self, sums: torch.Tensor) -> float:
         return float(sums[0] / sums[1]) if float(sums[1]) else float("nan")
@@ -43,14 +54,17 @@ class Accuracy(SumMetric):
     """Top-1 accuracy; tokens whose target is -100 are skipped. `multilabel`: the share of labels
     right, each on when its sigmoid is above `threshold`."""
 
-    def __init__(self, multilabel: bool = False, threshold: float = 0.5):
+    def __init__(self, multilabel: bool = False, threshold: float = 0.5, ignore: bool = True):
         super().__init__()
-        self.multilabel, self.threshold = multilabel, threshold
+        self.multilabel, self.threshold, self.ignore = multilabel, threshold, ignore
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         if self.multilabel:
             on = torch.sigmoid(preds.float()) > self.threshold
             self.add((on == (target > 0.5)).sum(), target.numel())
+            return
+        if not self.ignore:  # class ids, no padding: one comparison (evaluation runs every epoch)
+            self.add((preds.argmax(-1) == target).sum(), target.shape[0])
             return
         keep = target != IGNORE
         self.add(((preds.argmax(-1) == target) & keep).sum(), keep.sum())
@@ -99,8 +113,11 @@ class F1Score(SumMetric):
         tp = torch.bincount(t[p == t], minlength=c)
         fp = torch.bincount(p[p != t], minlength=c)
         fn = torch.bincount(t[p != t], minlength=c)
-        v = torch.cat([tp, fp, fn]).double()
-        self.sums = v if self.sums is None else self.sums + v
+        self.add(torch.cat([tp, fp, fn]).double())
+
+    @property
+    def sums(self) -> torch.Tensor | None:
+        return torch.stack([p[0] for p in self.parts]).sum(0) if self.parts else None
 
     def value(self, sums) -> float:
         tp, fp, fn = sums.view(3, -1)

@@ -26,6 +26,7 @@ from ecotrain.task import normalized_loss
 class Objective:
     def __init__(self, task, methods):
         self.task, self.methods = task, methods
+        self.xy = getattr(task, "xy", False)  # a built-in supervised task reads an (x, y) pair as model(x), y
         # a method may weight the task loss (distillation: 1 - alpha); the product of every `task_weight`
         self.task_weight = math.prod(float(getattr(m, "task_weight", 1.0)) for m in getattr(methods, "methods", ()))
         self.plain = not methods.has_loss_terms and self.task_weight == 1.0  # the task loss alone

@@ -35,6 +35,7 @@ from ecotrain.batch import batch_size
 from ecotrain.errors import ConfigError
 
 TARGET_KEYS = ("labels", "label", "y", "target", "targets")
+_HALF = (torch.float16, torch.bfloat16)
 
 
 class Task(Protocol):
@@ -70,6 +71,7 @@ class SupervisedTask:
 
     def __init__(self, target: Union[int, str, None] = None):
         self.target = target
+        self.xy = target is None  # an (x, y) pair is model(x) and y, with no inspection (loop's plain step)
 
     # -- the batch's parts ---------------------------------------------------------------------
     def _target_index(self, batch) -> int:
@@ -144,9 +146,9 @@ class ClassificationTask(SupervisedTask):
         self.label_smoothing, self.num_classes = label_smoothing, num_classes
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
-        y = batch[1] if type(batch) is tuple and len(batch) == 2 and self.target is None else self.targets(batch)
+        y = batch[1] if self.xy and type(batch) is tuple and len(batch) == 2 else self.targets(batch)
         out = out if type(out) is torch.Tensor else logits_of(out)
-        if out.dtype in (torch.float16, torch.bfloat16):
+        if out.dtype in _HALF:
             out = out.float()  # fp32 softmax under autocast
         return F.cross_entropy(out, y, reduction=reduction, label_smoothing=self.label_smoothing)
 
@@ -154,7 +156,7 @@ class ClassificationTask(SupervisedTask):
         return self.targets(batch).shape[0]
 
     def metrics(self) -> dict:
-        out = {"accuracy": M.Accuracy()}
+        out = {"accuracy": M.Accuracy(ignore=False)}
         if self.num_classes:
             out["f1"] = M.F1Score(self.num_classes)
         return out
