@@ -6,11 +6,18 @@ start from the previous task's run folder (`init_from`) and whose methods read i
 the final average accuracy over the 5 tasks and the average forgetting (per old task, its best
 earlier accuracy minus the final one), next to joint training on all the data (the upper bound).
 
-    .venv/bin/python bench/continual.py                 # every strategy, 20 epochs per task (~10 CPU-minutes)
-    .venv/bin/python bench/continual.py --workers 8     # strategies in parallel processes
+Under the evaluation protocol (docs/evaluation.md): every strategy runs on the design seed, and
+the strategy is chosen by its final average accuracy on the tasks' *validation* splits (each task
+run's own seeded 10% hold-out); the test sets are not read to choose. The chosen strategy, naive
+fine-tuning and joint training then run on fresh seeds, and their test figures are reported as
+the mean and 95% interval over those seeds.
+
+    .venv/bin/python bench/continual.py                 # 20 epochs per task (~25 CPU-minutes)
+    .venv/bin/python bench/continual.py --workers 2     # runs in parallel processes
     .venv/bin/python bench/continual.py --only naive replay
 
-Ends with `RESULT best=<strategy> best_acc=<f> best_forgetting=<f> joint_acc=<f> naive_acc=<f>`.
+Ends with `RESULT selected_on=val design_seeds=.. fresh_seeds=.. best=<strategy> best_acc=<mean>
+best_acc_ci=<half-width> best_forgetting=<mean> joint_acc=<mean> naive_acc=<mean> x_joint=<mean ratio>`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -93,38 +101,52 @@ def tests(data_dir: Path):
     return out
 
 
+def vals(data_dir: Path, seed: int, epochs: int):
+    """Each task's validation split, as its own run holds it out (seeded by the run's seed)."""
+    from ecotrain.data import load_data
+
+    out = []
+    for k in range(TASKS):
+        val = load_data(config(f"val-t{k}", Path(data_dir) / f"task_{k}.npz", [], epochs, seed)).val
+        out.append((val.x, val.y))
+    return out
+
+
 def run_strategy(args) -> dict:
-    """Train the 5 tasks in order; returns the accuracy matrix acc[after task k][on task j]."""
-    name, data_dir, work, epochs, seed = args
+    """Train the 5 tasks in order; returns the accuracy matrix acc[after task k][on task j], on the
+    test sets (`split="test"`) or on the validation splits (`split="val"`: design)."""
+    name, data_dir, work, epochs, seed, split = args
     import torch
 
     from ecotrain import fit
     from ecotrain.config import safe_name
 
     torch.set_num_threads(1)
-    test_sets, acc, prev = tests(Path(data_dir)), [], None
+    test_sets = tests(Path(data_dir)) if split == "test" else vals(Path(data_dir), seed, epochs)
+    acc, prev = [], None
     t0 = time.perf_counter()
     for k in range(TASKS):
-        run = Path(work) / name / f"task{k}"
+        run = Path(work) / f"{name}-s{seed}" / f"task{k}"
         cfg = config(safe_name(f"{name}-t{k}"), Path(data_dir) / f"task_{k}.npz", STRATEGIES[name](prev),
                      epochs, seed)
         r = fit(cfg, run_dir=run, init_from=prev / "model.safetensors" if prev else None, overwrite=True, quiet=True)
         acc.append([accuracy(r.model, x, y) for x, y in test_sets])
         prev = run
-    return {"name": name, "acc": acc, "seconds": time.perf_counter() - t0}
+    return {"name": name, "seed": seed, "acc": acc, "seconds": time.perf_counter() - t0}
 
 
-def run_joint(data_dir: Path, work: Path, epochs: int, seed: int) -> dict:
+def run_joint(args) -> dict:
+    data_dir, work, epochs, seed = args
     import torch
 
     from ecotrain import fit
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    r = fit(config("joint", Path(data_dir) / "all.npz", [], epochs, seed), run_dir=Path(work) / "joint",
+    r = fit(config("joint", Path(data_dir) / "all.npz", [], epochs, seed), run_dir=Path(work) / f"joint-s{seed}",
             overwrite=True, quiet=True)
     acc = [accuracy(r.model, x, y) for x, y in tests(Path(data_dir))]
-    return {"name": "joint", "acc": [acc] * TASKS, "seconds": time.perf_counter() - t0}
+    return {"name": "joint", "seed": seed, "acc": [acc] * TASKS, "seconds": time.perf_counter() - t0}
 
 
 def scores(acc: list[list[float]]) -> tuple[float, float]:
@@ -140,8 +162,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=20, help="epochs per task")
     ap.add_argument("--joint-epochs", type=int, default=20, help="epochs of joint training on all 5 tasks")
     ap.add_argument("--num-samples", type=int, default=6250, help="mnist1d samples (80%% train: 5,000)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=1, help="strategies trained in parallel processes")
+    ap.add_argument("--design-seeds", default="0", help="seeds the strategy is chosen on (validation splits)")
+    ap.add_argument("--fresh-seeds", default="10-12", help="seeds the test figures are reported on")
+    ap.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes")
     ap.add_argument("--out", help="write the accuracy matrices here (JSON)")
     args = ap.parse_args()
 
@@ -149,42 +172,62 @@ def main() -> None:
 
     logging.getLogger("ecotrain").setLevel(logging.WARNING)  # one line per --init-from otherwise
     from ecotrain.continual.scenario import write_tasks
+    from ecotrain.stats import mean_ci
+    from ecotrain.sweep import parse_seeds
 
+    design_seeds, fresh_seeds = parse_seeds(args.design_seeds), parse_seeds(args.fresh_seeds)
+    if set(design_seeds) & set(fresh_seeds):
+        sys.exit("bench/continual.py: --fresh-seeds must be disjoint from --design-seeds (docs/evaluation.md)")
     names = args.only or list(STRATEGIES)
     with tempfile.TemporaryDirectory(prefix="continual-") as work:
         data_dir = Path(work) / "data"
         write_tasks(data_dir, num_samples=args.num_samples, tasks=TASKS, seed=0)
-        jobs = [(n, str(data_dir), work, args.epochs, args.seed) for n in names]
         t0 = time.perf_counter()
+        pool = None
         if args.workers > 1:
             import multiprocessing as mp
 
-            with mp.get_context("spawn").Pool(min(args.workers, len(jobs) + 1)) as pool:
-                joint_res = pool.apply_async(run_joint, (data_dir, Path(work), args.joint_epochs, args.seed))
-                results = pool.map(run_strategy, jobs)
-                joint = joint_res.get()
-        else:
-            joint = run_joint(data_dir, Path(work), args.joint_epochs, args.seed)
-            results = [run_strategy(j) for j in jobs]
+            pool = mp.get_context("spawn").Pool(args.workers)
+        run_all = pool.map if pool else (lambda f, jobs: [f(j) for j in jobs])
+        design = run_all(run_strategy, [(n, str(data_dir), work, args.epochs, s, "val")
+                                        for n in names for s in design_seeds])
+        val_score = {n: statistics.fmean(scores(r["acc"])[0] for r in design if r["name"] == n) for n in names}
+        others = [n for n in names if n != "naive"] or names
+        best = max(others, key=lambda n: val_score[n])
+        report = sorted({best, "naive"} & set(names) | {best})
+        fresh = run_all(run_strategy, [(n, str(data_dir), work, args.epochs, s, "test")
+                                       for n in report for s in fresh_seeds])
+        joint = run_all(run_joint, [(data_dir, Path(work), args.joint_epochs, s) for s in fresh_seeds])
+        if pool:
+            pool.close()
         wall = time.perf_counter() - t0
-    joint_acc, _ = scores(joint["acc"])
     print(f"Split MNIST-1D, class-incremental, {TASKS} tasks x 2 classes, buffer <= {BUFFER}, "
-          f"{args.epochs} epochs/task, seed {args.seed}")
-    print(f"{'strategy':<16} {'avg acc':>8} {'forgetting':>10} {'x joint':>8} {'seconds':>8}   acc per task (final)")
-    rows = []
-    for res in results:
-        a, f = scores(res["acc"])
-        rows.append((res["name"], a, f))
-        per = " ".join(f"{v:.2f}" for v in res["acc"][-1])
-        print(f"{res['name']:<16} {a:8.3f} {f:10.3f} {a / joint_acc:8.2f} {res['seconds']:8.1f}   {per}")
-    print(f"{'joint':<16} {joint_acc:8.3f} {'-':>10} {1.0:8.2f} {joint['seconds']:8.1f}")
+          f"{args.epochs} epochs/task")
+    print(f"design (seeds {args.design_seeds}), final average accuracy on the validation splits:")
+    for n in names:
+        print(f"  {n:<16} {val_score[n]:.3f}" + ("   <- chosen" if n == best else ""))
+    joint_by_seed = {r["seed"]: scores(r["acc"])[0] for r in joint}
+    print(f"test, fresh seeds {args.fresh_seeds}: mean [95% interval]")
+    print(f"{'strategy':<16} {'avg acc':>26} {'forgetting':>26} {'x joint':>8}")
+    figs = {}
+    for n in report:
+        runs = sorted((r for r in fresh if r["name"] == n), key=lambda r: r["seed"])
+        acc = mean_ci([scores(r["acc"])[0] for r in runs])
+        forg = mean_ci([scores(r["acc"])[1] for r in runs])
+        ratio = mean_ci([scores(r["acc"])[0] / joint_by_seed[r["seed"]] for r in runs])
+        figs[n] = (acc, forg, ratio)
+        print(f"{n:<16} {str(acc):>26} {str(forg):>26} {ratio.mean:8.2f}")
+    joint_ci = mean_ci(list(joint_by_seed.values()))
+    print(f"{'joint':<16} {str(joint_ci):>26}")
     print(f"wall: {wall:.0f} s")
     if args.out:
-        Path(args.out).write_text(json.dumps({"joint": joint, "results": results}, indent=1))
-    best = max((r for r in rows if r[0] != "naive"), key=lambda r: r[1], default=rows[0])
-    naive = next((a for n, a, _ in rows if n == "naive"), float("nan"))
-    print(f"RESULT best={best[0]} best_acc={best[1]:.4f} best_forgetting={best[2]:.4f} joint_acc={joint_acc:.4f} "
-          f"naive_acc={naive:.4f}")
+        Path(args.out).write_text(json.dumps({"design": design, "fresh": fresh, "joint": joint}, indent=1))
+    acc, forg, ratio = figs[best]
+    naive = figs["naive"][0].mean if "naive" in figs else float("nan")
+    print(f"RESULT selected_on=val design_seeds={args.design_seeds} fresh_seeds={args.fresh_seeds} best={best} "
+          f"best_acc={acc.mean:.4f} best_acc_ci={acc.half:.4f} best_forgetting={forg.mean:.4f} "
+          f"joint_acc={joint_ci.mean:.4f} naive_acc={naive:.4f} x_joint={ratio.mean:.3f} "
+          f"x_joint_ci_low={ratio.low:.3f} x_joint_ci_high={ratio.high:.3f}")
 
 
 if __name__ == "__main__":
