@@ -1,6 +1,8 @@
-"""`compare` on hand-written run folders: the verdict, medians over seeds, missing figures."""
+"""`compare` on hand-written run folders: the verdict, means and 95% intervals over seeds (paired by
+seed or Welch), the boundary, counted vs measured figures, missing figures."""
 
 import json
+import math
 
 import pytest
 
@@ -10,14 +12,14 @@ from ecotrain.cli import main
 from ecotrain.errors import ConfigError
 
 
-def make_run(path, acc, kwh, flops=1e9, g=50.0):
+def make_run(path, acc, kwh, flops=1e9, g=50.0, seed=None, cpu=9.0):
     path.mkdir(parents=True)
-    (path / "config.yaml").write_text("name: x\n")
+    (path / "config.yaml").write_text("name: x\n" + (f"seed: {seed}\n" if seed is not None else ""))
     (path / "summary.json").write_text(json.dumps({"test_accuracy": acc}))
     energy = {"kwh": kwh, "method": "estimated" if kwh else None, "how": "test", "source": "test", "notes": [],
               "missing_reason": None if kwh else "CodeCarbon is not available"}
     ledger = {"name": "x", "steps": 10, "samples": 320, "stopped_because": "max_steps", "segments": 1,
-              "wall_seconds": 10.0, "cpu_seconds": 9.0, "cpu_hours": 9 / 3600,
+              "wall_seconds": 10.0, "cpu_seconds": cpu, "cpu_hours": cpu / 3600,
               "flops": {"total": flops, "train": flops, "eval": 0},
               "energy": energy,
               "co2e": {"kg": kwh * g / 1000 if kwh else None, "g_per_kwh": g, "grid": "FRA",
@@ -34,18 +36,79 @@ def test_pass_and_fail(tmp_path):
     costly = make_run(tmp_path / "costly", 0.91, 0.8)
     report, ok = compare([base], [good])
     assert ok and "verdict: PASS" in report and "cut 60.0%" in report and "0.400" in report  # the ratio
-    assert not compare([base], [worse])[0].count("PASS") and not compare([base], [worse])[1]
+    report, ok = compare([base], [worse])
+    assert not ok and "drop +0.0500 (allowed 0.01): FAIL" in report and "verdict: FAIL (test_accuracy FAIL" in report
     assert not compare([base], [costly])[1]
     assert compare([base], [costly], min_cost_cut=0.2)[1]
     assert compare([base], [worse], max_accuracy_drop=0.06)[1]
 
 
-def test_medians_and_spread(tmp_path):
+def test_means_and_intervals_unpaired(tmp_path):
     base = [make_run(tmp_path / f"b{i}", a, 1.0) for i, a in enumerate([0.90, 0.91, 0.70])]
     cand = [make_run(tmp_path / f"c{i}", a, k) for i, (a, k) in enumerate([(0.90, 0.5), (0.89, 0.4), (0.95, 0.45)])]
+    report, ok = compare(base, cand)  # no seeds in config.yaml: unpaired
+    assert "mean of 3 [95% CI]" in report and "0.45 [0.326, 0.574]" in report  # energy: 0.45 +- 4.303 * 0.05 / sqrt(3)
+    assert "unpaired (Welch): a run's seed is not recorded" in report and "Welch, 3 vs 3 runs" in report
+    assert not ok and "verdict: INCONCLUSIVE" in report  # the baseline's 0.70 seed: the interval is wide
+
+
+def hand_t_interval(xs, t):
+    m = sum(xs) / len(xs)
+    h = t * math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) / math.sqrt(len(xs))
+    return m - h, m + h
+
+
+def test_paired_by_seed_is_the_hand_computed_interval(tmp_path, capsys):
+    b_acc = {10: 0.90, 11: 0.92, 12: 0.91, 13: 0.93, 14: 0.89}
+    c_acc = {10: 0.895, 11: 0.91, 12: 0.905, 13: 0.925, 14: 0.88}
+    base = [make_run(tmp_path / f"b{s}", a, 1.0, seed=s) for s, a in b_acc.items()]
+    cand = [make_run(tmp_path / f"c{s}", c_acc[s], 0.4, seed=s) for s in (12, 10, 14, 11, 13)]  # listed out of order
     report, ok = compare(base, cand)
-    assert ok  # medians: accuracy 0.90 -> 0.90, energy 1.0 -> 0.45 kWh
-    assert "median of 3" in report and "[0.4..0.5]" in report and "[0.7..0.91]" in report
+    low, high = hand_t_interval([b_acc[s] - c_acc[s] for s in b_acc], 2.776)  # t(0.975, df=4)
+    assert (round(low, 4), round(high, 4)) == (0.0036, 0.0104)
+    assert f"drop +0.0070, 95% CI [{low:+.4f}, {high:+.4f}] (paired, n=5; allowed 0.01): INCONCLUSIVE" in report
+    assert "paired by seed (5 per-seed differences)" in report
+    assert "straddles the allowance: run more seeds" in report and "verdict: INCONCLUSIVE" in report and not ok
+    assert main(["compare", ",".join(base), ",".join(cand)]) == 1  # INCONCLUSIVE exits as FAIL does
+    assert "verdict: INCONCLUSIVE" in capsys.readouterr().out
+    # the same runs with different seeds on one side: Welch, a wider interval
+    welch = [make_run(tmp_path / f"w{s}", c_acc[s], 0.4, seed=s + 10) for s in c_acc]
+    assert "Welch, 5 vs 5 runs" in compare(base, welch)[0]
+
+
+def test_whole_interval_beyond_the_allowance_fails(tmp_path):
+    base = [make_run(tmp_path / f"b{s}", a, 1.0, seed=s) for s, a in enumerate([0.90, 0.92, 0.91])]
+    cand = [make_run(tmp_path / f"c{s}", a, 0.4, seed=s) for s, a in enumerate([0.85, 0.88, 0.86])]
+    report, ok = compare(base, cand)
+    line = next(x for x in report.splitlines() if x.startswith("test_accuracy:"))
+    assert not ok and "(paired, n=3; allowed 0.01): FAIL" in line and "verdict: FAIL (test_accuracy FAIL" in report
+    assert compare(base, cand, max_accuracy_drop=0.2)[1]  # the whole interval within 0.2: PASS
+
+
+def test_a_drop_equal_to_the_allowance_passes(tmp_path):
+    # the README's example sits on the boundary: 0.965 -> 0.955 with --max-accuracy-drop 0.01
+    # (0.965 - 0.955 is 0.010000000000000009 in floats); one seed per side, then five paired seeds
+    base, cand = make_run(tmp_path / "b", 0.965, 1.0), make_run(tmp_path / "c", 0.955, 0.4)
+    report, ok = compare([base], [cand])
+    assert ok and "drop +0.0100 (allowed 0.01): PASS (on one seed: no interval)" in report
+    assert not compare([base], [cand], max_accuracy_drop=0.0099)[1]
+    bs = [make_run(tmp_path / f"b{s}", a, 1.0, seed=s) for s, a in enumerate([0.965, 0.975, 0.955, 0.985, 0.945])]
+    cs = [make_run(tmp_path / f"c{s}", a, 0.4, seed=s) for s, a in enumerate([0.955, 0.965, 0.945, 0.975, 0.935])]
+    report, ok = compare(bs, cs)  # every seed dropped 0.01: the interval is [0.01, 0.01]
+    assert ok and "(paired, n=5; allowed 0.01): PASS" in report
+
+
+def test_the_verdict_names_counted_and_measured_figures(tmp_path):
+    base = [make_run(tmp_path / f"b{s}", 0.9, 1.0, flops=1e9, cpu=c, seed=s) for s, c in enumerate([9.0, 10.0, 11.0])]
+    cand = [make_run(tmp_path / f"c{s}", 0.9, 0.4, flops=4e8, cpu=c, seed=s) for s, c in enumerate([4.0, 4.5, 5.0])]
+    report, ok = compare(base, cand, by="flops")
+    assert ok and "FLOPs (counted): 1e+09 -> 4e+08, cut 60.0%" in report and "measured" not in report.split("\n\n")[1]
+    assert "FLOPs (counted)" in report.split("\n\n")[0] and "CPU s (measured)" in report.split("\n\n")[0]
+    report, ok = compare(base, cand, by="cpu_seconds")
+    assert ok and "CPU s (measured): 10 -> 4.5, cut 55.0% (required 50%; baseline - candidate 5.5, 95% CI" in report
+    assert "note: CPU s is measured" in report and "verdict: PASS (test_accuracy PASS, CPU s (measured) PASS" in report
+    report, _ = compare(base, cand, by="co2e")
+    assert "note: energy figures are estimated" in report
 
 
 def test_missing_figure_is_a_clear_error(tmp_path):

@@ -54,7 +54,7 @@ def test_fit_seeds_writes_siblings_and_a_group_that_compare_reads(tmp_path, caps
     capsys.readouterr()
     assert main(["compare", str(group), str(group), "--by", "flops", "--min-cost-cut", "0"]) == 0
     out = capsys.readouterr().out
-    assert "median of 2" in out and "verdict: PASS" in out and "1.000" in out
+    assert "mean of 2 [95% CI]" in out and "paired by seed" in out and "verdict: PASS" in out and "1.000" in out
 
     # again into the same folders: refused before anything trains; --resume auto keeps the finished runs
     assert main(["fit", str(recipe), "--seeds", "0,1", "--run-dir", str(prefix), "--quiet"]) != 0

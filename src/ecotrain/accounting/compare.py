@@ -1,21 +1,36 @@
 """`ecotrain compare`: a baseline against a candidate, side by side, with a verdict for CI.
 
-Each side is one run folder or several (seeds); several are compared by their medians and the table
-shows each figure's range. The candidate passes when its accuracy dropped by at most
-`max_accuracy_drop` (absolute) and the `by` figure fell by at least `min_cost_cut` (a fraction).
+Each side is one run folder or a seed group (several). The table shows each figure's mean over a
+side's runs with its 95% t-interval (`ecotrain.stats`, the one implementation; docs/evaluation.md is
+the protocol). Two criteria:
+
+- the metric: its drop (baseline - candidate; for a `*loss*` metric the rise) is at most
+  `max_accuracy_drop`. With two or more runs per side the drop's 95% interval decides
+  (`stats.diff_ci`: paired by seed when both sides ran the same seeds, else Welch; `stats.verdict`):
+  PASS when the whole interval is within the allowance, FAIL when it is wholly beyond it,
+  INCONCLUSIVE when it straddles it. With one run on a side: the point drop, said so.
+- the cost: the mean of the `by` figure falls by at least `min_cost_cut` (a fraction), a point check
+  on the means. FLOPs are counted (the same work gives the same figure on any machine); time, energy,
+  CO2e and money are measured and move with the machine's load; the verdict says which it used.
+
+Overall: PASS when both pass, INCONCLUSIVE when neither fails but one is inconclusive, else FAIL.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
+
+import yaml
 
 from ecotrain.accounting.report import FIGURES, figure, missing_reason, num, read_ledger, table
 from ecotrain.errors import ConfigError
+from ecotrain.stats import Interval, diff_ci, mean_ci, verdict
 
 BY = ("flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost")
+COUNTED = ("flops",)  # the rest are measured
+TOL = 1e-12  # a drop equal to the allowance passes, whatever the last bit of the subtraction says
 
 
 def load_run(run_dir: str) -> tuple[dict, dict]:
@@ -39,67 +54,158 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
     return summary, read_ledger(run_dir)
 
 
-def _values(runs, get) -> list:
-    return [get(s, L) for s, L in runs]
+def run_seed(run_dir: str, summary: dict) -> Optional[int]:
+    """The seed a run trained with: summary.json's `seed`, else config.yaml's; None when neither says."""
+    seed = summary.get("seed")
+    if seed is None:
+        try:
+            cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+        except (OSError, ValueError, yaml.YAMLError):
+            cfg = None
+        seed = cfg.get("seed") if isinstance(cfg, dict) else None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
-def _cell(vals: list) -> str:
+def pairing(base: Sequence[Optional[int]], cand: Sequence[Optional[int]]) -> Optional[list[int]]:
+    """The candidate's runs in the baseline's seed order when both sides ran the same distinct seeds
+    (two or more), else None (unpaired: Welch)."""
+    if (len(base) < 2 or None in base or None in cand or len(set(base)) != len(base)
+            or sorted(base) != sorted(cand)):
+        return None
+    return [list(cand).index(s) for s in base]
+
+
+def _cell(vals: list, fmt) -> str:
     if any(v is None for v in vals):
         return "n/a"
-    med = statistics.median(vals)
-    return num(med) if len(vals) == 1 else f"{num(med)} [{num(min(vals))}..{num(max(vals))}]"
+    ci = mean_ci(vals)
+    return fmt(ci.mean) if ci.n == 1 else f"{fmt(ci.mean)} [{fmt(ci.low)}, {fmt(ci.high)}]"
 
 
-def compare(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: float = 0.01,
-            min_cost_cut: float = 0.5, by: str = "co2e", metric: str = "test_accuracy") -> tuple[str, bool]:
-    """(the report, whether the candidate meets the criteria)."""
+def _mean(vals: Sequence[float]) -> float:
+    return sum(vals) / len(vals)
+
+
+def _ci(iv: Interval, fmt) -> str:
+    return f"{fmt(iv.mean)}, 95% CI [{fmt(iv.low)}, {fmt(iv.high)}]"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}"
+
+
+def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: float = 0.01,
+          min_cost_cut: float = 0.5, by: str = "co2e", metric: str = "test_accuracy") -> tuple[str, str]:
+    """(the report, the verdict: PASS, FAIL or INCONCLUSIVE)."""
     if by not in BY:
         raise ConfigError(f"--by: one of {', '.join(BY)} (got {by!r})")
-    sides = {"baseline": [load_run(r) for r in baseline], "candidate": [load_run(r) for r in candidate]}
+    names = {"baseline": list(baseline), "candidate": list(candidate)}
+    sides = {k: [load_run(r) for r in v] for k, v in names.items()}
     for name, runs in sides.items():
-        for r, (s, L) in zip(baseline if name == "baseline" else candidate, runs):
+        for r, (s, L) in zip(names[name], runs):
             if s.get(metric) is None:
                 raise ConfigError(f"{r}: summary.json has no {metric!r} (choose another with --metric)")
             if figure(L, by) is None:
                 raise ConfigError(f"--by {by}: {r} has no {FIGURES[by][0]} figure ({missing_reason(L, by)}); "
                                   "compare --by flops or cpu_seconds instead")
-    rows_def = [(metric, lambda s, L: s.get(metric))] + [
-        (label, lambda s, L, k=key: figure(L, k)) for key, (label, _) in FIGURES.items()]
-    rows = []
-    for label, get in rows_def:
-        b, c = _values(sides["baseline"], get), _values(sides["candidate"], get)
-        ratio = change = "n/a"
-        if None not in b and None not in c and statistics.median(b):
-            r = statistics.median(c) / statistics.median(b)
-            ratio, change = f"{r:.3f}", f"{(r - 1) * 100:+.1f}%"
-        if label == "cost":
-            label = f"cost {sides['baseline'][0][1]['cost'].get('currency', '')}".strip()
-        rows.append([label, _cell(b), _cell(c), ratio, change])
-    nb, nc = len(baseline), len(candidate)
-    head = ["", "baseline" + (f" (median of {nb})" if nb > 1 else ""),
-            "candidate" + (f" (median of {nc})" if nc > 1 else ""), "ratio", "change"]
+    seeds = {k: [run_seed(r, s) for r, (s, _) in zip(names[k], sides[k])] for k in names}
+    order = pairing(seeds["baseline"], seeds["candidate"])
+    if order is not None:  # seed by seed against the baseline
+        sides["candidate"] = [sides["candidate"][i] for i in order]
+    nb, nc = len(sides["baseline"]), len(sides["candidate"])
 
-    higher_better = "loss" not in metric
-    acc_b = statistics.median(_values(sides["baseline"], lambda s, L: s[metric]))
-    acc_c = statistics.median(_values(sides["candidate"], lambda s, L: s[metric]))
-    drop = (acc_b - acc_c) if higher_better else (acc_c - acc_b)
-    cost_b = statistics.median(_values(sides["baseline"], lambda s, L: figure(L, by)))
-    cost_c = statistics.median(_values(sides["candidate"], lambda s, L: figure(L, by)))
-    cut = 1 - cost_c / cost_b if cost_b else 0.0
-    acc_ok, cut_ok = drop <= max_accuracy_drop + 1e-12, cut >= min_cost_cut - 1e-12
-    verdict = [
-        f"{metric}: {acc_b:.4f} -> {acc_c:.4f}, drop {drop:+.4f} (allowed {max_accuracy_drop:g}): "
-        + ("ok" if acc_ok else "FAIL"),
-        f"{FIGURES[by][0]}: {num(cost_b)} -> {num(cost_c)}, cut {cut * 100:.1f}% (required {min_cost_cut * 100:g}%): "
-        + ("ok" if cut_ok else "FAIL"),
-    ]
-    notes = sorted({L["energy"]["method"] for _, runs in sides.items() for _, L in runs if L["energy"]["method"]})
-    if by in ("energy", "co2e") and notes != ["measured"]:
-        verdict.append(f"note: energy figures are {' and '.join(notes)} (see each ledger.json energy.how)")
-    verdict += teacher_notes(sides)
-    ok = acc_ok and cut_ok
-    verdict.append("verdict: PASS (the candidate meets the criteria)" if ok else "verdict: FAIL")
-    return table(head, rows) + "\n\n" + "\n".join(verdict), ok
+    rows = []
+    for key, label, get, fmt in [(metric, metric, lambda s, L: s.get(metric), "{:.4f}".format)] + [
+            (k, lab, lambda s, L, k=k: figure(L, k), num) for k, (lab, _) in FIGURES.items()]:
+        b, c = ([get(s, L) for s, L in sides[k]] for k in ("baseline", "candidate"))
+        ratio = change = "n/a"
+        if None not in b and None not in c and _mean(b):
+            q = _mean(c) / _mean(b)
+            ratio, change = f"{q:.3f}", f"{(q - 1) * 100:+.1f}%"
+        if key == "cost":
+            label = f"cost {sides['baseline'][0][1]['cost'].get('currency', '')}".strip()
+        if key in FIGURES:
+            label += " (counted)" if key in COUNTED else " (measured)"
+        rows.append([label, _cell(b, fmt), _cell(c, fmt), ratio, change])
+    head = ["", "baseline" + (f" (mean of {nb} [95% CI])" if nb > 1 else ""),
+            "candidate" + (f" (mean of {nc} [95% CI])" if nc > 1 else ""), "ratio", "change"]
+
+    lines = [_seeds_line(seeds, order, nb, nc)]
+    acc_line, acc_v = _metric_criterion(sides, metric, max_accuracy_drop, order is not None)
+    cost_line, cost_v = _cost_criterion(sides, by, min_cost_cut, order is not None)
+    lines += [acc_line, cost_line]
+    lines += _measured_notes(sides, by)
+    lines += teacher_notes(sides)
+    results = [acc_v, cost_v]
+    overall = "PASS" if all(v == "PASS" for v in results) else "FAIL" if "FAIL" in results else "INCONCLUSIVE"
+    kind = "counted" if by in COUNTED else "measured"
+    said = f"{metric} {acc_v}, {FIGURES[by][0]} ({kind}) {cost_v}"
+    lines.append({"PASS": f"verdict: PASS ({said}: the candidate meets the criteria)",
+                  "FAIL": f"verdict: FAIL ({said})",
+                  "INCONCLUSIVE": f"verdict: INCONCLUSIVE ({said}: run more seeds)"}[overall])
+    return table(head, rows) + "\n\n" + "\n".join(lines), overall
+
+
+def compare(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: float = 0.01,
+            min_cost_cut: float = 0.5, by: str = "co2e", metric: str = "test_accuracy") -> tuple[str, bool]:
+    """(the report, whether the candidate passes); INCONCLUSIVE is not a pass. `judge` names the verdict."""
+    text, overall = judge(baseline, candidate, max_accuracy_drop, min_cost_cut, by, metric)
+    return text, overall == "PASS"
+
+
+def _seeds_line(seeds: dict, order: Optional[list], nb: int, nc: int) -> str:
+    said = lambda xs: ",".join("?" if s is None else str(s) for s in xs)  # noqa: E731
+    where = f"seeds: baseline {said(seeds['baseline'])}; candidate {said(seeds['candidate'])}"
+    if order is not None:
+        return f"{where}: paired by seed ({nb} per-seed differences)"
+    if nb == 1 or nc == 1:
+        return f"{where}: " + ("one run per side" if nb == nc == 1 else
+                               f"the {'baseline' if nb == 1 else 'candidate'} has one run") + ": no interval"
+    unknown = None in seeds["baseline"] + seeds["candidate"]
+    return f"{where}: unpaired (Welch): " + ("a run's seed is not recorded" if unknown else "not the same seeds")
+
+
+def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool) -> tuple[str, str]:
+    b = [s[metric] for s, _ in sides["baseline"]]
+    c = [s[metric] for s, _ in sides["candidate"]]
+    hi, lo = (b, c) if "loss" not in metric else (c, b)  # drop = hi - lo
+    head = f"{metric}: {_mean(b):.4f} -> {_mean(c):.4f}, drop "
+    if len(b) < 2 or len(c) < 2:
+        drop = _mean(hi) - _mean(lo)
+        v = "PASS" if drop <= allowed + TOL else "FAIL"
+        one = "one seed" if len(b) == len(c) == 1 else "one seed on a side"
+        return f"{head}{drop:+.4f} (allowed {allowed:g}): {v} (on {one}: no interval)", v
+    iv = diff_ci(hi, lo, paired)
+    v = verdict(iv, allowed)
+    how = f"paired, n={iv.n}" if paired else f"Welch, {len(b)} vs {len(c)} runs"
+    line = f"{head}{_ci(iv, _signed)} ({how}; allowed {allowed:g}): {v}"
+    if v == "INCONCLUSIVE":
+        line += " (the interval straddles the allowance: run more seeds)"
+    return line, v
+
+
+def _cost_criterion(sides: dict, by: str, min_cut: float, paired: bool) -> tuple[str, str]:
+    b = [figure(L, by) for _, L in sides["baseline"]]
+    c = [figure(L, by) for _, L in sides["candidate"]]
+    mb, mc = _mean(b), _mean(c)
+    cut = 1 - mc / mb if mb else 0.0
+    v = "PASS" if cut >= min_cut - TOL else "FAIL"
+    kind = "counted" if by in COUNTED else "measured"
+    line = f"{FIGURES[by][0]} ({kind}): {num(mb)} -> {num(mc)}, cut {cut * 100:.1f}% (required {min_cut * 100:g}%"
+    if len(b) > 1 and len(c) > 1:
+        line += f"; baseline - candidate {_ci(diff_ci(b, c, paired), num)}"
+    return f"{line}): {v} (a point check{' on the means' if len(b) + len(c) > 2 else ''})", v
+
+
+def _measured_notes(sides: dict, by: str) -> list[str]:
+    if by in COUNTED:
+        return []
+    out = [f"note: {FIGURES[by][0]} is measured: it moves with the machine's load, which the ledger does not "
+           "record; --by flops is counted"]
+    methods = sorted({L["energy"]["method"] for runs in sides.values() for _, L in runs if L["energy"]["method"]})
+    if by in ("energy", "co2e") and methods != ["measured"]:
+        out.append(f"note: energy figures are {' and '.join(methods)} (see each ledger.json energy.how)")
+    return out
 
 
 def teacher_notes(sides: dict) -> list[str]:

@@ -86,7 +86,7 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
 
 
 def _verdicts(groups, by, metric, max_drop, min_cut) -> str:
-    from ecotrain.accounting.compare import compare
+    from ecotrain.accounting.compare import judge
     from ecotrain.errors import ConfigError
     from ecotrain.report.page import e
 
@@ -101,13 +101,13 @@ def _verdicts(groups, by, metric, max_drop, min_cut) -> str:
             cmd = (f"ecotrain compare {','.join(base)} {','.join(cand)} --by {figure} --metric {metric} "
                    f"--max-accuracy-drop {max_drop:g} --min-cost-cut {min_cut:g}")
             try:
-                text, ok = compare(base, list(cand), max_drop, min_cut, figure, metric)
+                text, said = judge(base, list(cand), max_drop, min_cut, figure, metric)
             except ConfigError as exc:
                 parts.append(f'<p class="note">group {i} vs group 1 --by {e(figure)}: no verdict: {e(exc)}</p>')
                 if not str(exc).startswith(f"--by {figure}:"):
                     break
                 continue
-            verdict = f'<p class="{"pass" if ok else "fail"}">group {i} vs group 1: {"PASS" if ok else "FAIL"}</p>'
+            verdict = f'<p class="{"pass" if said == "PASS" else "fail"}">group {i} vs group 1: {said}</p>'
             parts.append(f"{verdict}<pre>$ {e(cmd)}\n{e(text)}</pre>")
             break
     parts.append("</section>")
