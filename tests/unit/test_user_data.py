@@ -185,3 +185,27 @@ def test_a_method_that_needs_xy_is_refused_on_regression_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="methods: 'dedup' needs") as e:
         fit(c, model=nn.Linear(4, 1), data=(x, y), run_dir=tmp_path / "r")
     assert "\n" not in str(e.value)
+
+
+def test_a_plain_dataloader_resumes_by_skipping_and_says_so(tmp_path, caplog):
+    """No loader state: the epoch is re-read and the trained steps skipped; exact for an order that
+    depends on the epoch alone (shuffle off), and said once in one line."""
+    ds = torch.utils.data.TensorDataset(torch.randn(80, 4, generator=torch.Generator().manual_seed(1)),
+                                        torch.randint(0, 2, (80,), generator=torch.Generator().manual_seed(2)))
+
+    def run(run_dir, resume=None):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+        c = cfg(loop={"max_steps": 8}, checkpoint={"every_n_steps": 3, "keep_last": 5})
+        return fit(c, model=model, data=torch.utils.data.DataLoader(ds, batch_size=16), run_dir=run_dir,
+                   resume=resume)
+
+    whole = run(tmp_path / "whole")
+    with caplog.at_level("WARNING", logger="ecotrain"):
+        resumed = run(tmp_path / "part", resume=None)  # a first run to take a checkpoint from
+        again = run(tmp_path / "again", resume=tmp_path / "part" / "checkpoints" / "step-00000003")
+    said = [r.getMessage() for r in caplog.records if "keeps no state" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
+    for a, b in zip(whole.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert resumed.summary["steps"] == again.summary["steps"] == 8
