@@ -52,3 +52,16 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs
+
+# Mutation testing of the modules that carry the promises (checkpoints, objective, task, compare, the
+# gate, replay, EWC, BatchNorm): mutmut mutates each one and runs only its own unit tests against every
+# mutant, in a scratch copy under build/mutants/ (the module -> tests mapping is in tests/mutants.py).
+# Installed here, not in the test extra: mutmut brings textual and libcst. Some modules only:
+# `make mutants MUTANTS="gate ewc"`; MUTANT_JOBS=1 for one worker (default 2).
+.PHONY: mutants
+MUTANTS ?=
+$(BIN)/mutmut: $(STAMP)
+	$(BIN)/pip install -q mutmut==3.8.1
+
+mutants: $(BIN)/mutmut
+	$(BIN)/python tests/mutants.py $(MUTANTS)

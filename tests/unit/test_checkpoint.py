@@ -1,6 +1,7 @@
 """The checkpoint format and its failure modes: corrupt, truncated, pickles, other models, full disks."""
 
 import errno
+import os
 import pickle
 import subprocess
 import sys
@@ -156,15 +157,49 @@ def test_init_from_checkpoint_and_plain_state_dict(tiny_cfg, tmp_path):
         assert torch.allclose(p, q, atol=1e-6)
 
 
-def test_state_dict_import_refuses_code(tmp_path):
-    class Evil:
-        def __reduce__(self):
-            return (print, ("pwned",))
+class _MakesADir:
+    """Unpickled, this creates the folder `marker`: the proof that the payload ran."""
 
-    with open(tmp_path / "evil.pt", "wb") as f:
-        pickle.dump({"w": Evil()}, f)
-    with pytest.raises(CheckpointError, match="weights_only=True"):
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.marker),)
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_state_dict_import_refuses_code(tmp_path, writer):
+    marker = tmp_path / "PWNED"
+    evil = {"w": torch.zeros(2), "b": _MakesADir(marker)}
+    if writer == "torch.save":  # the zip format: with weights_only=False it would load (and run the payload)
+        torch.save(evil, tmp_path / "evil.pt")
+    else:
+        with open(tmp_path / "evil.pt", "wb") as f:
+            pickle.dump(evil, f, protocol=2)
+    with pytest.raises(CheckpointError) as err:
         load_state_dict_file(tmp_path / "evil.pt")
+    assert not marker.exists(), "the pickle's payload ran"
+    assert str(err.value) == (f"{tmp_path / 'evil.pt'}: not a plain state_dict loadable with weights_only=True "
+                              "(UnpicklingError)")
+
+
+def test_state_dict_import_reads_plain_weights_and_refuses_the_rest(tmp_path):
+    from safetensors.torch import save_file
+
+    w = {"net.0.weight": torch.ones(2, 2), "net.0.bias": torch.zeros(2)}
+    save_file(w, str(tmp_path / "w.safetensors"))
+    torch.save(w, tmp_path / "plain.pt")
+    torch.save({"state_dict": w, "epoch": 3}, tmp_path / "lightning.ckpt")  # Lightning's layout: unwrapped
+    for name in ("w.safetensors", "plain.pt", "lightning.ckpt"):
+        got = load_state_dict_file(tmp_path / name)
+        assert set(got) == set(w) and all(torch.equal(got[k], w[k]) for k in w), name
+    for name, obj in (("mixed.pt", {"net.0.weight": torch.ones(2), "step": 3}), ("list.pt", [torch.ones(2)])):
+        torch.save(obj, tmp_path / name)
+        with pytest.raises(CheckpointError, match=rf"^{tmp_path / name}: expected a dict of tensors \(a model state_dict\)$"):
+            load_state_dict_file(tmp_path / name)
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="junk.safetensors"):
+        load_state_dict_file(tmp_path / "junk.safetensors")
 
 
 def test_no_torch_load_without_weights_only():

@@ -425,3 +425,38 @@ def test_model_loss_reductions():
     with pytest.raises(ConfigError) as err:
         task.loss(SimpleNamespace(logits=torch.zeros(3, 2)), batch)
     assert "\n" not in str(err.value) and "without a loss" in str(err.value)
+
+
+# -- what the mutation run (tests/mutants.py) found untested ----------------------------------------
+def test_logits_of_every_output_shape_and_the_one_line_refusal():
+    from ecotrain.task import logits_of
+
+    t = torch.randn(2, 3)
+    assert logits_of(t) is t
+    assert logits_of({"logits": t, "loss": torch.tensor(1.0)}) is t  # a dict ModelOutput
+    assert logits_of(SimpleNamespace(logits=t, loss=None)) is t  # an attribute ModelOutput
+    assert logits_of((t, torch.zeros(1))) is t and logits_of([t]) is t  # the first of a tuple
+    for bad in ({"scores": t}, SimpleNamespace(logits=None), (), ("text",)):
+        with pytest.raises(ConfigError, match=rf"^task: the model returned {type(bad).__name__}, not a tensor of "
+                                              r"predictions \(nor anything with .logits\); return a tensor, or use "
+                                              "task.name=model_loss$"):
+            logits_of(bad)
+    y = torch.tensor([0, 2])
+    want = F.cross_entropy(t, y)
+    assert ClassificationTask().loss(SimpleNamespace(logits=t), (None, y)).item() == pytest.approx(want.item())
+
+
+def test_model_loss_reads_a_dict_an_attribute_or_a_scalar():
+    task = ModelLossTask()
+    batch = {"x": torch.zeros(4, 2), "labels": torch.tensor([1, IGNORE, 2, IGNORE])}
+    assert task.loss({"loss": torch.tensor(0.5)}, batch).item() == 0.5
+    assert task.loss(torch.tensor(0.75), batch).item() == 0.75
+    assert task.units(batch) == 4 and ModelLossTask(tokens=True).units(batch) == 2  # tokens: labels not -100
+    assert task.targets(batch) is batch["labels"] and task.targets((torch.zeros(2),)) is None
+    with pytest.raises(ConfigError, match=r"^task=model_loss: the model returned Tensor without a loss; pass the labels "
+                                          r"in the batch \(Hugging Face: 'labels'\), or pick another task.name$"):
+        task.loss(torch.zeros(3), batch)  # a tensor that is not a scalar is not a loss
+    with pytest.raises(ConfigError, match=r"^task=model_loss: per-sample losses are not available \(the model reduces "
+                                          r"its own loss\); this method needs a task whose loss ecotrain computes$"):
+        task.loss(torch.tensor(0.5), batch, "none")
+    assert task.forward(lambda **kw: sorted(kw), batch) == ["labels", "x"]  # model(**batch)

@@ -82,7 +82,7 @@ def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: Gate
     else:
         drop, old_txt = 0.0, "no holdout yet"
     new_txt = f"recent '{recent}' {base[recent]:.4f} -> {cand[recent]:.4f} (gain {gain:+.4f}, min {policy.min_gain})"
-    if gain <= policy.min_gain:
+    if gain <= policy.min_gain + 1e-12:  # the same float margin as the tolerance: 0.55 - 0.50 is 0.05000000000000004
         return False, f"rejected: the recent slice did not improve: {new_txt}; {old_txt}"
     if drop > policy.tolerance + 1e-12:
         return False, f"rejected: forgets the holdout: {old_txt}; {new_txt}"
