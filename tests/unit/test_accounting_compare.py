@@ -135,3 +135,11 @@ def test_summary_line_says_what_is_missing(tmp_path):
     L = json.loads((tmp_path / "r" / "ledger.json").read_text())
     line = summary_line(L)
     assert line.startswith("ledger: 1e+09 FLOPs") and "energy n/a" in line and "CO2e n/a" in line
+
+
+def test_the_ratio_column_is_candidate_mean_over_baseline_mean(tmp_path):
+    base = [make_run(tmp_path / f"b{s}", 0.90, 1.0, flops=f, seed=s) for s, f in ((1, 2e9), (2, 4e9))]
+    cand = [make_run(tmp_path / f"c{s}", 0.90, 1.0, flops=f, seed=s) for s, f in ((1, 1e9), (2, 2e9))]
+    report, _ = compare(base, cand, by="flops")
+    row = next(line for line in report.splitlines() if line.startswith("FLOPs"))
+    assert " 0.500 " in row and "-50.0%" in row  # 1.5e9 / 3e9; a product or a swapped ratio would not read so
