@@ -1,6 +1,7 @@
 """task.py and metrics.py: accumulation exactly one big batch, for every task and batch shape;
 metrics exact over a split whatever the batch size; the task read off the data."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -460,3 +461,108 @@ def test_model_loss_reads_a_dict_an_attribute_or_a_scalar():
                                           r"its own loss\); this method needs a task whose loss ecotrain computes$"):
         task.loss(torch.tensor(0.5), batch, "none")
     assert task.forward(lambda **kw: sorted(kw), batch) == ["labels", "x"]  # model(**batch)
+
+
+# -- the survivors of `make mutants MUTANTS=task`, each pinned by a test ------------------------------
+def test_language_model_metrics_are_accuracy_and_bits_per_char_over_real_tokens():
+    from ecotrain.loop import evaluate
+    from ecotrain.data import ArraySource
+    from ecotrain.task import LanguageModelTask
+
+    torch.manual_seed(0)
+    x = torch.randint(0, 7, (6, 5))
+    y = torch.randint(0, 7, (6, 5))
+    y[0, 2:] = -100
+    y[4, 1:] = -100
+    model = torch.nn.Sequential(torch.nn.Embedding(7, 7))
+    got = evaluate(model, ArraySource(x, y), LanguageModelTask(), 4, torch.device("cpu"))
+    out = model(x).float()
+    keep = y != -100
+    nats = torch.nn.functional.cross_entropy(out[keep], y[keep], reduction="sum")
+    assert set(got) == {"val_loss", "val_accuracy", "val_bits_per_char"}
+    assert got["val_bits_per_char"] == pytest.approx(float(nats) / math.log(2) / int(keep.sum()), rel=1e-6)
+    assert got["val_accuracy"] == pytest.approx(float((out.argmax(-1)[keep] == y[keep]).float().mean()), rel=1e-6)
+
+
+def test_model_loss_task_forwards_the_batch_and_reports_accuracy():
+    from ecotrain.task import ModelLossTask
+
+    class M(torch.nn.Module):
+        def forward(self, input_ids, labels):
+            logits = torch.nn.functional.one_hot(input_ids, 3).float()
+            return {"loss": logits.sum() * 0 + 1.5, "logits": logits}
+
+    task = ModelLossTask()
+    batch = {"input_ids": torch.tensor([0, 1, 2, 1]), "labels": torch.tensor([0, 1, 1, 1])}
+    out = task.forward(M(), batch)
+    assert task.loss(out, batch) == pytest.approx(1.5) and task.loss(out, batch, "sum") == pytest.approx(6.0)
+    assert task.forward(lambda *a: a, (1, 2)) == (1, 2)
+    metrics = task.metrics()
+    assert list(metrics) == ["accuracy"]
+    metrics["accuracy"].update(task.predictions(out), task.targets(batch))
+    assert metrics["accuracy"].compute() == pytest.approx(0.75)
+
+
+def test_user_task_loss_reductions_and_target_position():
+    from ecotrain.task import UserTask
+
+    task = UserTask(lambda out, y: (out - y).abs().mean(), target=1)
+    batch = (torch.zeros(4), torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([9.0, 9.0, 9.0, 9.0]))
+    out = torch.zeros(4)
+    assert task.loss(out, batch) == pytest.approx(3.0)  # the target is batch[1], not the last tensor
+    assert task.loss(out, batch, "sum") == pytest.approx(12.0)
+
+
+def test_user_task_copies_a_stateful_metric_per_evaluation_but_not_a_function():
+    from ecotrain.task import UserTask
+
+    class Count:
+        def __init__(self):
+            self.n = 0
+
+        def update(self, preds, target):
+            self.n += len(target)
+
+        def compute(self):
+            return self.n
+
+        def reset(self):
+            self.n = 0
+
+    shared = Count()
+    fn = lambda preds, target: (preds == target).float().mean()  # noqa: E731
+    task = UserTask(lambda o, y: o.sum(), {"count": shared, "fn": fn})
+    first, second = task.metrics(), task.metrics()
+    assert first["count"] is not shared and first["count"] is not second["count"]
+    first["count"].update(None, [1, 2, 3])
+    assert shared.n == 0 and second["count"].n == 0
+    assert first["fn"].fn is fn  # a function is wrapped, not copied
+
+
+def test_an_all_padding_piece_is_exactly_zero_and_a_whole_batch_is_unscaled():
+    from ecotrain.task import SequenceTask, normalized_loss
+
+    task = SequenceTask()
+    out = torch.randn(2, 3, 4, requires_grad=True)
+    pad = (torch.zeros(2, 3), torch.full((2, 3), -100))
+    zero = normalized_loss(task, out, pad, 10)
+    assert zero.item() == 0.0 and zero.requires_grad
+    y = torch.randint(0, 4, (2, 3))
+    full = normalized_loss(task, out, (None, y), 6)
+    assert full.item() == pytest.approx(task.loss(out, (None, y)).item())
+    half = normalized_loss(task, out, (None, y), 12)
+    assert half.item() == pytest.approx(task.loss(out, (None, y)).item() / 2)
+
+
+def test_build_task_passes_the_target_and_threshold_through():
+    from ecotrain import Config
+    from ecotrain.task import build_task
+
+    cfg = Config.model_validate({"task": {"name": "multilabel", "target": "tags", "threshold": 0.7}})
+    task = build_task(cfg)
+    assert task.target == "tags" and task.threshold == 0.7
+    auto = Config.model_validate({"task": {"target": "y"}})
+    assert build_task(auto, {"x": torch.zeros(2, 3), "y": torch.tensor([0.5, 1.5])}).name == "regression"
+    assert build_task(Config(), {"input_ids": torch.zeros(2, 3), "label": torch.tensor([0, 1])}).name == "classification"
+    assert build_task(Config(), {"input_ids": torch.zeros(2, 3), "labels": torch.tensor([0, 1])}).name == "model_loss"
+    assert build_task(Config(), ("not", "tensors")).name == "classification"
