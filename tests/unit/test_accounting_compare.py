@@ -143,3 +143,19 @@ def test_the_ratio_column_is_candidate_mean_over_baseline_mean(tmp_path):
     report, _ = compare(base, cand, by="flops")
     row = next(line for line in report.splitlines() if line.startswith("FLOPs"))
     assert " 0.500 " in row and "-50.0%" in row  # 1.5e9 / 3e9; a product or a swapped ratio would not read so
+
+
+# -- the whole report, word for word (its wording is the verdict users read; `make mutants` showed
+# that the text, the header and the notes were otherwise unguarded)
+GOLDEN_SEEDS = "                       baseline (mean of 3 [95% CI])  candidate (mean of 3 [95% CI])  ratio  change\n---------------------  -----------------------------  ------------------------------  -----  ------\ntest_accuracy                0.9100 [0.8852, 0.9348]         0.9033 [0.8775, 0.9292]  0.993   -0.7%\nFLOPs (counted)                 2e+09 [2e+09, 2e+09]            1e+09 [1e+09, 1e+09]  0.500  -50.0%\nwall s (measured)                        10 [10, 10]                     10 [10, 10]  1.000   +0.0%\nCPU s (measured)                            9 [9, 9]                        9 [9, 9]  1.000   +0.0%\nenergy kWh (measured)                       1 [1, 1]                  0.4 [0.4, 0.4]  0.400  -60.0%\nCO2e kg (measured)                 0.05 [0.05, 0.05]               0.02 [0.02, 0.02]  0.400  -60.0%\ncost USD (measured)                0.01 [0.01, 0.01]               0.01 [0.01, 0.01]  1.000   +0.0%\n\nseeds: baseline 1,2,3; candidate 1,2,3: paired by seed (3 per-seed differences)\ntest_accuracy: 0.9100 -> 0.9033, drop +0.0067, 95% CI [-0.0005, +0.0138] (paired, n=3; allowed 0.01): INCONCLUSIVE (the interval straddles the allowance: run more seeds)\nCO2e kg (measured): 0.05 -> 0.02, cut 60.0% (required 50%; baseline - candidate 0.03, 95% CI [0.03, 0.03]): PASS (a point check on the means)\nnote: CO2e kg is measured: it moves with the machine's load, which the ledger does not record; --by flops is counted\nnote: energy figures are estimated (see each ledger.json energy.how)\nverdict: INCONCLUSIVE (test_accuracy INCONCLUSIVE, CO2e kg (measured) PASS: run more seeds)"
+
+GOLDEN_ONE = "                       baseline  candidate  ratio  change\n---------------------  --------  ---------  -----  ------\ntest_accuracy            0.9000     0.8950  0.994   -0.6%\nFLOPs (counted)           2e+09      1e+09  0.500  -50.0%\nwall s (measured)            10         10  1.000   +0.0%\nCPU s (measured)              9          9  1.000   +0.0%\nenergy kWh (measured)         1        0.4  0.400  -60.0%\nCO2e kg (measured)         0.05       0.02  0.400  -60.0%\ncost USD (measured)        0.01       0.01  1.000   +0.0%\n\nseeds: baseline 1; candidate 1: one run per side: no interval\ntest_accuracy: 0.9000 -> 0.8950, drop +0.0050 (allowed 0.01): PASS (on one seed: no interval)\nCPU s (measured): 9 -> 9, cut 0.0% (required 50%): FAIL (a point check)\nnote: CPU s is measured: it moves with the machine's load, which the ledger does not record; --by flops is counted\nverdict: FAIL (test_accuracy PASS, CPU s (measured) FAIL)"
+
+
+def test_the_whole_report_reads_as_it_should(tmp_path):
+    from ecotrain.accounting.compare import judge
+
+    base = [make_run(tmp_path / f"b{s}", a, 1.0, flops=2e9, seed=s) for s, a in ((1, 0.90), (2, 0.92), (3, 0.91))]
+    cand = [make_run(tmp_path / f"c{s}", a, 0.4, flops=1e9, seed=s) for s, a in ((1, 0.895), (2, 0.915), (3, 0.90))]
+    assert judge(base, cand, by="co2e") == (GOLDEN_SEEDS, 'INCONCLUSIVE')
+    assert judge(base[:1], cand[:1], by="cpu_seconds") == (GOLDEN_ONE, 'FAIL')
