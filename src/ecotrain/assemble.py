@@ -40,7 +40,7 @@ from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
 from ecotrain.tracking import tracking_callbacks
-from ecotrain.task import UserTask, build_task
+from ecotrain.task import UserTask, build_task, user_metrics
 
 
 @dataclass
@@ -134,7 +134,7 @@ def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):
         own = task.metrics
 
         def metrics():
-            return {**own(), **UserTask(None, parts.metrics).metrics()}
+            return {**own(), **user_metrics(parts.metrics)}
         task.metrics = metrics
     return task
 
@@ -362,14 +362,11 @@ def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str
     val, test = (_as_source(parts.get(k), f"{k} data", batch_size) for k in ("val", "test"))
     sample = _first_batch(train)
     y0 = sample[1] if _is_xy(sample) else None
-    if isinstance(train, ArraySource):
-        if num_classes is None and not torch.is_floating_point(y0):
-            num_classes = int(train.labels().max()) + 1
-    elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1 \
-            and isinstance(train, MapSource) and train.has_labels():
-        num_classes = int(train.labels().max()) + 1  # a labels attribute: no item read
-    elif num_classes is None and y0 is not None and not torch.is_floating_point(y0) and y0.ndim == 1:
-        num_classes = getattr(getattr(train, "ds", None), "num_classes", None)
+    if num_classes is None and y0 is not None and not torch.is_floating_point(y0):  # class ids
+        if isinstance(train, ArraySource) or (y0.ndim == 1 and isinstance(train, MapSource) and train.has_labels()):
+            num_classes = int(train.labels().max()) + 1  # arrays, or a labels attribute: no item read
+        elif y0.ndim == 1:
+            num_classes = getattr(getattr(train, "ds", None), "num_classes", None)
     shape = tuple(_first_tensor(sample).shape[1:])
     return DataBundle(train, val, test, num_classes, shape, sample=sample,
                       content_hash=("user:" + fingerprint) if fingerprint else "")

@@ -201,22 +201,23 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
     model.train(was_training)
     if loss_sum is None:
         loss_sum = torch.zeros((), device=device)
-    summed = {k: m for k, m in metrics.items() if isinstance(m, SumMetric)}
-    sizes = [m.size for m in summed.values()]
-    states = [m.sums for m in summed.values()]
-    packed = torch.cat([loss_sum.reshape(1).double(), torch.tensor([float(units)], device=loss_sum.device,
-                                                                     dtype=torch.float64)]
-                       + [(v if v is not None else torch.zeros(m.size, dtype=torch.float64)).to(loss_sum.device)
-                          for v, m in zip(states, summed.values())])
+    dev = loss_sum.device
+    states = []  # every SumMetric's sums, in the metrics' order, packed with the loss below
+    for m in metrics.values():
+        if isinstance(m, SumMetric):
+            sums = m.sums
+            states.append(torch.zeros(m.size, dtype=torch.float64) if sums is None else sums)
+    packed = torch.cat([loss_sum.reshape(1).double(), torch.tensor([float(units)], dtype=torch.float64, device=dev),
+                        *(v.to(dev) for v in states)])
     if dist is not None:
         packed = dist.all_reduce_sum(packed)
     packed = packed.cpu()
     record = {f"{prefix}_loss": float(packed[0] / packed[1]) if float(packed[1]) else float("nan")}
     offset = 2
-    for (name, m), size in zip(summed.items(), sizes):
-        record[f"{prefix}_{name}"] = m.value(packed[offset:offset + size])
-        offset += size
     for name, m in metrics.items():
-        if name not in summed:
+        if isinstance(m, SumMetric):
+            record[f"{prefix}_{name}"] = m.value(packed[offset:offset + m.size])
+            offset += m.size
+        else:  # torchmetrics and the like: computed (and synced) by the object itself
             record[f"{prefix}_{name}"] = scalar(m.compute())
-    return {f"{prefix}_{k}": record[f"{prefix}_{k}"] for k in ["loss", *metrics]}
+    return record

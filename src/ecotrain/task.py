@@ -105,14 +105,14 @@ class SupervisedTask:
                           f"got {type(batch).__name__}")
 
     def targets(self, batch):
-        if type(batch) is tuple and len(batch) == 2 and self.target is None:
+        if self.xy and type(batch) is tuple and len(batch) == 2:
             return batch[1]
         if isinstance(batch, Mapping):
             return batch[self._target_key(batch)]
         return batch[self._target_index(batch)]
 
     def forward(self, model, batch):
-        if type(batch) is tuple and len(batch) == 2 and self.target is None:  # (x, y): no inspection
+        if self.xy and type(batch) is tuple and len(batch) == 2:  # (x, y): no inspection
             return model(batch[0])
         args, kwargs = self.inputs(batch)
         return model(*args, **kwargs)
@@ -129,7 +129,7 @@ class SupervisedTask:
 
 def _full(out: torch.Tensor) -> torch.Tensor:
     """fp16/bf16 outputs (autocast) in fp32 for the loss; fp32 and fp64 as they are."""
-    return out.float() if out.dtype in (torch.float16, torch.bfloat16) or not out.is_floating_point() else out
+    return out.float() if out.dtype in _HALF or not out.is_floating_point() else out
 
 
 def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -221,9 +221,9 @@ class SequenceTask(SupervisedTask):
         return int((self.targets(batch) != self.IGNORE).sum())
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
-        y = batch[1] if type(batch) is tuple and len(batch) == 2 and self.target is None else self.targets(batch)
+        y = batch[1] if self.xy and type(batch) is tuple and len(batch) == 2 else self.targets(batch)
         out = logits_of(out)
-        out = out.float() if out.dtype in (torch.float16, torch.bfloat16) else out  # fp32 softmax under autocast
+        out = out.float() if out.dtype in _HALF else out  # fp32 softmax under autocast
         return F.cross_entropy(out.flatten(0, 1), y.reshape(-1), ignore_index=self.IGNORE, reduction=reduction)
 
     def metrics(self) -> dict:
@@ -314,9 +314,14 @@ class UserTask(SupervisedTask):
         return outputs
 
     def metrics(self) -> dict:
-        # a fresh copy per evaluation: a stateful object is never shared between two evaluations
-        return {k: M.as_metric(copy.deepcopy(m) if not callable(m) or hasattr(m, "update") else m)
-                for k, m in self.user_metrics.items()}
+        return user_metrics(self.user_metrics)
+
+
+def user_metrics(given: Mapping) -> dict:
+    """A user's metrics for one evaluation: a stateful object copied afresh (never shared between two
+    evaluations), a plain function wrapped in `metrics.BatchMean`."""
+    return {k: M.as_metric(copy.deepcopy(m) if not callable(m) or hasattr(m, "update") else m)
+            for k, m in given.items()}
 
 
 def normalized_loss(task, out, batch, total_units: int | None) -> torch.Tensor:

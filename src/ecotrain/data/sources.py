@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from ecotrain.errors import DataError
+from ecotrain.task import TARGET_KEYS
 
 _item_key: Optional[tuple[int, int]] = None  # (seed, epoch) while a training batch is fetched
 
@@ -182,7 +183,7 @@ class MapSource:
 
 def _item_target(item):
     if isinstance(item, dict):
-        for k in ("labels", "label", "y", "target", "targets"):
+        for k in TARGET_KEYS:
             if k in item:
                 return item[k]
     if isinstance(item, (tuple, list)) and len(item) >= 2:
