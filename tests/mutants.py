@@ -38,7 +38,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "task": ("src/ecotrain/task.py", ["tests/unit/test_tasks.py"]),
     "batchnorm": ("src/ecotrain/methods/batchnorm.py", ["tests/unit/test_batchnorm.py"]),
     "checkpoint": ("src/ecotrain/checkpoint/*.py", ["tests/unit/test_checkpoint.py",
-                                                    "tests/unit/test_checkpoint_verify.py"]),
+                                                    "tests/unit/test_checkpoint_verify.py",
+                                                    "tests/unit/test_checkpoint_format.py",
+                                                    "tests/unit/test_checkpoint_manager.py",
+                                                    "tests/unit/test_checkpoint_state.py"]),
     "compare": ("src/ecotrain/accounting/compare.py", ["tests/unit/test_accounting_compare.py"]),
 }
 # tests that read a module's source text: mutmut's copy holds every mutant's text side by side
