@@ -72,19 +72,26 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--metric", default="test_accuracy", help="summary.json key (default test_accuracy)")
     ev = sub.add_parser("eval", help="evaluate a trained model (run or checkpoint folder) in eval mode; prints and "
                         "writes its metrics (RUN/eval-<label>.json)")
-    ev.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder")
+    ev.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; with --registry, a "
+                    "version (`current`)")
     ev.add_argument("--data", nargs="+", default=[], metavar="FILE|KEY=VALUE", help="a .npz/.csv file and/or "
                     "overrides of the run's data section (num_samples=2000); default: the run's own data")
     ev.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
                     "has no test split")
     ev.add_argument("--out", help="metrics JSON path (default RUN/eval-<label>.json)")
     pr = sub.add_parser("predict", help="write a trained model's predictions with class probabilities (CSV)")
-    pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder")
+    pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; with --registry, a "
+                    "version (`current`)")
     pr.add_argument("--data", nargs="+", required=True, metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
                     "optional) and/or overrides of the run's data section")
     pr.add_argument("--out", required=True, help="predictions CSV, e.g. preds.csv")
     pr.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
                     "has no test split")
+    for p_ in (ev, pr):
+        p_.add_argument("--registry", help="serve the registry's deployment: the base version given, each cohort's "
+                        "version, the learned router (docs/updates.md); --data is one .npz")
+        p_.add_argument("--cohort", help="with --registry: the cohort of every request (default: the .npz's "
+                        "integer `cohort` column, else the router decides)")
     bn = sub.add_parser("bn-report", help="print a run's BatchNorm report (methods: [{name: batchnorm}])")
     bn.add_argument("run_dir")
     rp = sub.add_parser("report", help="write report.html: learning curves, a fit diagnosis, cost, environment; "
@@ -229,6 +236,14 @@ def cmd_compare(args) -> int:
 def cmd_eval(args) -> int:
     from ecotrain.inference import evaluate
 
+    if _registry_served(args):
+        from ecotrain.continual import serve
+
+        record, path = serve.evaluate(args.registry, args.target, args.data[0], args.out, args.cohort)
+        print(f"accuracy: {record['accuracy']:.4f} ({record['samples']} samples, served by "
+              + ", ".join(f"{v} {r['samples']} at {r['accuracy']:.4f}" for v, r in record["routes"].items()) + ")")
+        print(f"wrote {path}")
+        return 0
     record, path = evaluate(args.target, args.data, args.split, args.out)
     for k, v in record.items():
         if isinstance(v, float):
@@ -238,9 +253,27 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _registry_served(args) -> bool:
+    """eval/predict of a registry's deployment: --registry, one .npz, no --split."""
+    if args.registry is None:
+        if args.cohort is not None:
+            raise ConfigError("--cohort: only with --registry (a run folder is one model: nothing to route)")
+        return False
+    if len(args.data) != 1 or args.split:
+        raise ConfigError("--registry: give --data ONE.npz (x, optional y and cohort), without --split")
+    return True
+
+
 def cmd_predict(args) -> int:
     from ecotrain.inference import predict
 
+    if _registry_served(args):
+        from ecotrain.continual import serve
+
+        rows, path, counts = serve.predict(args.registry, args.target, args.data[0], args.out, args.cohort)
+        print(f"wrote {rows} predictions to {path} (served by " + ", ".join(f"{v}: {n}" for v, n in counts.items())
+              + ")")
+        return 0
     rows, path = predict(args.target, args.data, args.out, args.split)
     print(f"wrote {rows} predictions to {path}")
     return 0

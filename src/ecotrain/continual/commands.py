@@ -21,6 +21,10 @@ def add_commands(sub) -> dict:
     u.add_argument("--tolerance", type=float, default=0.02, help="largest allowed drop of the holdout's average "
                    "accuracy (default 0.02)")
     u.add_argument("--min-gain", type=float, default=0.0, help="the recent slice must improve by more (default 0)")
+    u.add_argument("--cap", type=float, help="kappa: largest drop allowed on any one holdout slice on its own "
+                   "(default: none, the average's --tolerance only)")
+    u.add_argument("--cohort", help="train this cohort's own version (e.g. adapters): served to requests of the "
+                   "cohort and to those the router sends it; gated as predict serves it")
     u.add_argument("--label-map", help="JSON/YAML file mapping raw labels (strings, aliases) to class ids")
     u.add_argument("--contradiction-threshold", type=float, default=0.9, help="flag labels the base model "
                    "contradicts with at least this confidence (default 0.9)")
@@ -44,6 +48,7 @@ def add_commands(sub) -> dict:
     p.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     r = sub.add_parser("rollback", help="make the previously current version current again")
     r.add_argument("--registry", default="registry", help=REGISTRY_HELP)
+    r.add_argument("--cohort", help="roll back this cohort's version instead (to its previous one, or the base)")
     q = sub.add_parser("review-queue", help="the lowest-confidence and most-contradicted examples, for review")
     q.add_argument("target", metavar="VERSION_OR_RUN", help="a version name, `current`, or a run/checkpoint folder")
     q.add_argument("data", metavar="DATA", help=".npz: x (and y for contradictions)")
@@ -67,14 +72,16 @@ def cmd_update(args) -> int:
     from ecotrain.continual.gate import GatePolicy
     from ecotrain.continual.update import UpdateOptions, update
 
+    if args.cap is not None:
+        _fraction(args.cap, "--cap")
     for flag in ("tolerance", "min_gain", "contradiction_threshold", "drift_label_shift", "drift_confidence_shift",
                  "drift_ece", "drift_cohort_error"):
         _fraction(getattr(args, flag), "--" + flag.replace("_", "-"))
-    opts = UpdateOptions(GatePolicy(args.tolerance, args.min_gain),
+    opts = UpdateOptions(GatePolicy(args.tolerance, args.min_gain, args.cap),
                          DriftThresholds(args.drift_label_shift, args.drift_confidence_shift, args.drift_ece,
                                          args.drift_cohort_error),
                          args.label_map, args.contradiction_threshold, args.drop_contradicted, args.slice_name,
-                         args.recipe, quiet=not args.progress)
+                         args.recipe, quiet=not args.progress, cohort=args.cohort)
     out = update(args.registry, args.base, args.data, args.overrides, opts, cli._PREEMPTION)
     m = out.meta["metrics"]
     print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
@@ -118,7 +125,7 @@ def cmd_promote(args) -> int:
 def cmd_rollback(args) -> int:
     from ecotrain.continual.registry import Registry, rollback
 
-    print(rollback(Registry(args.registry)))
+    print(rollback(Registry(args.registry), args.cohort))
     return 0
 
 

@@ -3,7 +3,9 @@
 Both models are evaluated (eval mode) on the same slices: the fixed holdout (the test data of every
 task the base has seen) and the recent slice (the new data's test split). The candidate is promoted
 only when it improves the recent slice by more than `min_gain` and loses no more than `tolerance` of
-average accuracy on the holdout.
+average accuracy on the holdout; with `cap` set (kappa), also no more than kappa on any one holdout
+slice or cohort: max(0, before - after) <= kappa for each (NVIDIA's "Damage Control" selection rule,
+on accuracy or on 1 - WER), so one old cohort cannot pay for another's gain.
 
 Metrics (van de Ven et al.; Lopez-Paz & Ranzato's GEM for backward transfer):
 - average accuracy: the mean over tasks (slices) of the accuracy on each;
@@ -25,6 +27,7 @@ from torch import nn
 class GatePolicy:
     tolerance: float = 0.02  # largest allowed drop of the holdout's average accuracy (absolute)
     min_gain: float = 0.0  # the recent slice must improve by more than this (absolute)
+    cap: Optional[float] = None  # kappa: largest drop allowed on each holdout slice or cohort on its own
 
 
 @torch.inference_mode()
@@ -86,6 +89,14 @@ def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: Gate
         return False, f"rejected: the recent slice did not improve: {new_txt}; {old_txt}"
     if drop > policy.tolerance + 1e-12:
         return False, f"rejected: forgets the holdout: {old_txt}; {new_txt}"
+    if policy.cap is not None:
+        worst = max(holdout, key=lambda t: base[t] - cand[t], default=None)
+        if worst is not None:
+            hit = base[worst] - cand[worst]
+            cap_txt = f"'{worst}' {base[worst]:.4f} -> {cand[worst]:.4f} (drop {hit:+.4f}, cap {policy.cap})"
+            if hit > policy.cap + 1e-12:
+                return False, f"rejected: damages one old slice beyond the cap: {cap_txt}; {new_txt}; {old_txt}"
+            old_txt += f"; largest single drop {cap_txt}"
     return True, f"promoted: {new_txt}; {old_txt}"
 
 

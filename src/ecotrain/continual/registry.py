@@ -3,7 +3,9 @@
     REGISTRY/
       registry.lock           fcntl.flock'ed by every writer (`Registry.locked()`)
       index.json              status of each version (candidate | promoted | rejected | rolled_back, with
-                              the reason), `current`, and the promotion history; written atomically
+                              the reason), `current` (the base everyone is served by), `cohorts` ({cohort:
+                              the version serving it}: per-cohort adapters, each promoted and rolled back
+                              on its own), and the promotion history; written atomically
       versions/v0001/         one checkpoint folder per version (checkpoint/format.py: safetensors + JSON +
                               MANIFEST.json with checksums, written to a temporary folder and renamed):
                                 tensors.safetensors   model/<name>: full weights (absent for adapter-only)
@@ -86,13 +88,14 @@ class Registry:
         if not self.index_path.is_file():
             if self.root.exists() and not self.root.is_dir():
                 raise ConfigError(f"--registry {self.root}: is a file, not a registry folder")
-            return {"format": INDEX_FORMAT, "current": None, "versions": {}, "history": []}
+            return {"format": INDEX_FORMAT, "current": None, "cohorts": {}, "versions": {}, "history": []}
         try:
             idx = json.loads(self.index_path.read_text())
         except (ValueError, OSError) as exc:
             raise CheckpointError(f"{self.index_path}: unreadable ({exc}); the registry index is damaged") from None
         if not isinstance(idx, dict) or idx.get("format") != INDEX_FORMAT or not isinstance(idx.get("versions"), dict):
             raise CheckpointError(f"{self.index_path}: not an ecotrain registry index ({INDEX_FORMAT})")
+        idx.setdefault("cohorts", {})  # an index written before per-cohort versions
         return idx
 
     def existing_index(self) -> dict:
@@ -135,9 +138,15 @@ class Registry:
         idx["versions"][name].update(status=status, reason=reason, updated=_now())
 
     def make_current(self, idx: dict, name: str, reason: str) -> None:
+        """Promote `name`: it becomes `current`, or, for a cohort's version, what serves that cohort."""
         self.set_status(idx, name, "promoted", reason)
-        idx["current"] = name
-        idx["history"].append({"current": name, "time": _now(), "reason": reason})
+        cohort = idx["versions"][name].get("cohort")
+        if cohort is None:
+            idx["current"] = name
+            idx["history"].append({"current": name, "time": _now(), "reason": reason})
+        else:
+            idx.setdefault("cohorts", {})[cohort] = name
+            idx["history"].append({"cohort": cohort, "current": name, "time": _now(), "reason": reason})
 
     # -- versions ----------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -172,6 +181,11 @@ class Registry:
             self.write_version(name, weights, meta, files)
             idx["versions"][name] = {"parent": meta.get("parent"), "created": meta.get("created", _now()),
                                      "weights": meta.get("weights", "full")}
+            if meta.get("cohort") is not None:  # a cohort's own version: promoted and rolled back on its own
+                idx["versions"][name]["cohort"] = str(meta["cohort"])
+            gate = (meta.get("metrics") or {}).get("gate")
+            if gate:  # the gate's decision and figures, beside the status they explain
+                idx["versions"][name]["gate"] = gate
             settle(idx, name)
             self.write_index(idx)
         return name
@@ -225,25 +239,38 @@ def promote(reg: Registry, name: str) -> str:
     return f"{name} is now current ({why})"
 
 
-def rollback(reg: Registry) -> str:
-    """`current` back to the version that was current before it (the parent when updates went in order);
-    the version rolled back from is kept, marked rolled_back."""
+def rollback(reg: Registry, cohort: Optional[str] = None) -> str:
+    """`current` (or, with `cohort`, the version serving that cohort) back to the one promoted before it;
+    the version rolled back from is kept, marked rolled_back. A cohort whose first version is rolled
+    back is served by the base again."""
     reg.existing_index()
     with reg.locked():
         idx = reg.index()
-        cur = idx["current"]
+        cur = idx["current"] if cohort is None else idx["cohorts"].get(cohort)
+        what = "current" if cohort is None else f"cohort {cohort}"
         if cur is None:
-            raise ConfigError(f"{reg.root}: no current version, so nothing to roll back")
-        target = next((h["current"] for h in reversed(idx["history"]) if h["current"] != cur
-                       and idx["versions"].get(h["current"], {}).get("status") == "promoted"), None)
-        if target is None:
+            raise ConfigError(f"{reg.root}: no version serves {what}, so nothing to roll back"
+                              + (f" (cohorts: {', '.join(sorted(idx['cohorts'])) or 'none'})" if cohort else ""))
+        target = next((h["current"] for h in reversed(idx["history"]) if h.get("cohort") == cohort
+                       and h["current"] != cur and idx["versions"].get(h["current"], {}).get("status") == "promoted"),
+                      None)
+        if target is None and cohort is None:
             raise ConfigError(f"{reg.root}: {cur} is the only version ever promoted; nothing to roll back to")
-        reg.read_meta(target)  # verified before it becomes current
-        reg.set_status(idx, cur, "rolled_back", f"rolled back to {target}")
-        idx["current"] = target
-        idx["history"].append({"current": target, "time": _now(), "reason": f"rollback from {cur}"})
+        if target is not None:
+            reg.read_meta(target)  # verified before it serves
+        reg.set_status(idx, cur, "rolled_back", f"rolled back to {target or 'the base'}")
+        if cohort is None:
+            idx["current"] = target
+        elif target is None:
+            del idx["cohorts"][cohort]
+        else:
+            idx["cohorts"][cohort] = target
+        idx["history"].append({**({"cohort": cohort} if cohort else {}), "current": target, "time": _now(),
+                               "reason": f"rollback from {cur}"})
         reg.write_index(idx)
-    return f"rolled back: current is {target} (was {cur})"
+    if cohort is None:
+        return f"rolled back: current is {target} (was {cur})"
+    return f"rolled back cohort {cohort}: served by {target or 'the base (current)'} (was {cur})"
 
 
 def _now() -> str:
@@ -261,13 +288,15 @@ def file_hash(path: Path) -> str:
 def format_table(idx: dict) -> str:
     """`ecotrain versions`: one row per version."""
     rows = [("  version", "status", "parent", "weights", "created", "reason")]
+    serving = set(idx.get("cohorts", {}).values()) | {idx["current"]}
     for name in sorted(idx["versions"]):
         v = idx["versions"][name]
-        mark = "* " if name == idx["current"] else "  "
-        rows.append((mark + name, v.get("status", "?"), v.get("parent") or "-", v.get("weights", "full"),
+        mark = "* " if name in serving else "  "
+        weights = v.get("weights", "full") + (f" ({v['cohort']})" if v.get("cohort") is not None else "")
+        rows.append((mark + name, v.get("status", "?"), v.get("parent") or "-", weights,
                      v.get("created", "?"), v.get("reason", "")))
     if len(rows) == 1:
         return "no versions yet"
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[5] for r in rows]
-    return "\n".join(lines) + "\n(* current)"
+    return "\n".join(lines) + "\n(* serving: current, or the version of the cohort in brackets)"

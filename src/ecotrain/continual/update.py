@@ -50,6 +50,7 @@ class UpdateOptions:
     slice_name: Optional[str] = None
     recipe: Optional[str] = None
     quiet: bool = True
+    cohort: Optional[str] = None  # a cohort's own version (serve.py): served to that cohort, gated as served
 
 
 @dataclass
@@ -61,16 +62,15 @@ class Outcome:
 
 
 # -- incoming data ----------------------------------------------------------------------------------
-def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num_classes: int):
-    """(x, y, cohort, test) with test = (x_test, y_test, cohort_test) or None; every check one line."""
+def load_npz(path: Path, what: str) -> dict:
+    """Every array of an .npz file, read without unpickling; one line for anything else."""
     if path.suffix != ".npz" or not path.is_file():
-        raise DataError(f"{path}: not found or not an .npz file; NEW_DATA is an .npz with x and y "
-                        "(and optionally x_test, y_test, cohort)")
+        raise DataError(f"{path}: not found or not an .npz file; {what}")
     if not zipfile.is_zipfile(path):
-        raise DataError(f"{path}: not an .npz archive; save NEW_DATA with np.savez(path, x=..., y=...)")
+        raise DataError(f"{path}: not an .npz archive; save it with np.savez(path, x=..., y=...)")
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            return {k: z[k] for k in z.files}
     except ValueError as exc:
         if "allow_pickle" in str(exc):
             raise DataError(f"{path}: holds Python objects (dtype=object), which ecotrain never unpickles; "
@@ -78,6 +78,11 @@ def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num
         raise DataError(f"{path}: cannot read as .npz ({exc})") from None
     except Exception as exc:
         raise DataError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
+
+
+def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num_classes: int):
+    """(x, y, cohort, test) with test = (x_test, y_test, cohort_test) or None; every check one line."""
+    arrays = load_npz(path, "NEW_DATA is an .npz with x and y (and optionally x_test, y_test, cohort)")
     for key in ("x", "y"):
         if key not in arrays:
             raise DataError(f"{path}: missing array '{key}' (found {sorted(arrays)})")
@@ -206,6 +211,9 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     reg = Registry(registry)
     base = reg.resolve(base)
     base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
+    if base_meta.get("cohort") is not None:
+        raise ConfigError(f"{base} is cohort {base_meta['cohort']}'s version; update from the base version "
+                          f"(`current`) with --cohort {base_meta['cohort']}")
     data = Path(data)
     label_map = load_label_map(opts.label_map)
     x, y, c, test = read_incoming(data, label_map, tuple(base_meta["input_shape"]), base_meta["num_classes"])
@@ -259,30 +267,52 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
         cand = result.model.eval()
         outcome = _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts,
                                      {"incoming": file_hash(data), "train": file_hash(train_npz),
-                                      "incoming_file": str(data)}, drift, label_report, y, result.summary)
+                                      "incoming_file": str(data)}, drift, label_report, y, result.summary, x)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return outcome
 
 
+def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
+    """A deployment's per-slice accuracy as served: the recent slice (the last) with its cohort given,
+    as the requests that carried the feedback; the holdout with no cohort given (the router decides),
+    the product's worst case, where a new cohort's version can reach old users."""
+    tasks = {}
+    for s in slices:
+        given = [cohort] * len(s.x) if s is slices[-1] else None
+        p = dep.proba(s.x, dep.routes(s.x, given))
+        tasks[s.name] = round(float((p.argmax(-1) == s.y).float().mean()), 6)
+    return {"tasks": tasks, "average_accuracy": round(sum(tasks.values()) / len(tasks), 6)}
+
+
 def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
-                       drift, label_report, y_train, summary) -> Outcome:
+                       drift, label_report, y_train, summary, x_train=None) -> Outcome:
     from ecotrain.checkpoint.format import load_state_dict_file
+    from ecotrain.continual.serve import ROUTER_FILE, Deployment, write_router_sample
 
     slices = [*holdout, recent]
-    base_m, cand_m = slice_metrics(base_model, slices), slice_metrics(cand, slices)
+    if opts.cohort is None:
+        base_m, cand_m = slice_metrics(base_model, slices), slice_metrics(cand, slices)
+    else:  # the deployment before and after, as predict serves it
+        seed = cfg.seed
+        before = Deployment.load(reg, base, seed=seed)
+        after = Deployment.load(reg, base, candidate=(opts.cohort, cand, x_train), seed=seed)
+        base_m, cand_m = served_metrics(before, slices, opts.cohort), served_metrics(after, slices, opts.cohort)
     ok, reason = decide(base_m["tasks"], cand_m["tasks"], [s.name for s in holdout], recent.name, opts.policy)
     ancestors = lineage(reg, base)
     history = [a["metrics"]["tasks"] for a in ancestors]
     learnt_at = {**base_meta.get("learnt_at", {}), recent.name: cand_m["tasks"][recent.name]}
     metrics = {**cand_m, **lineage_metrics(cand_m["tasks"], history, base_meta.get("learnt_at", {})),
                "base": base_m, "gate": {"promote": ok, "reason": reason, "tolerance": opts.policy.tolerance,
-                                        "min_gain": opts.policy.min_gain}}
+                                        "min_gain": opts.policy.min_gain, "cap": opts.policy.cap,
+                                        "before": base_m["tasks"], "after": cand_m["tasks"]}}
     adapter = run_dir / "adapter"
     weights_kind = "adapter" if (adapter / "adapter_model.safetensors").is_file() else "full"
     files = {}
     if (run_dir / "export.safetensors").is_file():
         files["export.safetensors"] = run_dir / "export.safetensors"
+    if x_train is not None:  # the router's examples of what this version serves
+        files[ROUTER_FILE] = write_router_sample(x_train, cfg.seed, run_dir / "router")
     if weights_kind == "adapter":
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
     weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
@@ -292,6 +322,8 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
             "classes_seen": seen, "weights": weights_kind, "data": hashes, "metrics": metrics, "learnt_at": learnt_at,
             "drift": drift, "labels": label_report, "run_summary": {k: summary.get(k) for k in
                                                                     ("steps", "epochs", "train_seconds", "stopped_because")}}
+    if opts.cohort is not None:
+        meta["cohort"] = str(opts.cohort)
     verdict = {"ok": ok, "reason": reason}
 
     def settle(idx: dict, name: str) -> None:
@@ -343,6 +375,12 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
             "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
             "metrics": {**metrics, "gate": {"promote": True, "reason": f"registered from run {run}"}}}
     files = {"export.safetensors": run / "export.safetensors"} if (run / "export.safetensors").is_file() else {}
+    from ecotrain.continual.serve import ROUTER_FILE, write_router_sample
+
+    g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))  # the router's examples of the base
+    tx, _ = bundle.train.take(torch.randperm(len(bundle.train), generator=g)[:4096].sort().values)
+    work = reg.root / "work" / f"register-{os.getpid()}"
+    files[ROUTER_FILE] = write_router_sample(tx.float(), cfg.get("seed", 0), work)
     if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
         from ecotrain.methods.adapters import is_adapted, merge
 
@@ -356,6 +394,9 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
         else:
             reg.set_status(idx, name, "candidate", f"{why}; promote it to use it")
 
-    name = reg.commit(weights, meta, files, [recent], settle)
+    try:
+        name = reg.commit(weights, meta, files, [recent], settle)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     status = reg.index()["versions"][name]
     return Outcome(name, status["status"] == "promoted", status["reason"], meta)

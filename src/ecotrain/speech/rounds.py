@@ -24,7 +24,7 @@ from ecotrain.speech.dataset import SpeechData
 from ecotrain.speech.feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay, Trainer, cross_fit_check,
                                       label_accounting, make_incoming)
 from ecotrain.speech.labels import decode
-from ecotrain.speech.router import CohortRouter
+from ecotrain.speech.router import SpeechRouter
 
 
 def wer(models: dict, default, sources: dict) -> float:
@@ -104,7 +104,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
     replay.add(data, base_idx, [data.rows[i]["transcript"].split() for i in base_idx])
     current = {k: (base_model, base_path) for k in ("naive", "protected")}
     adapters: dict = {}  # cohort -> adapted model (routing)
-    router = CohortRouter(seed=seed)  # picks the adapter from the audio when the request has no cohort
+    router = SpeechRouter(seed=seed)  # picks the adapter from the audio when the request has no cohort
     router.add(data.source(base_idx), s.base_cohort)
     newest = None  # the newest promoted adapter model: the "no routing" row serves it to everyone
     rounds = []

@@ -1,0 +1,210 @@
+"""A deployment served from the registry: the base version, one version per cohort, and a router.
+
+    ecotrain predict current --registry REG --data requests.npz --out preds.csv [--cohort de]
+    ecotrain eval current --registry REG --data labelled.npz [--cohort de]
+
+Which model reads an example (its route):
+1. the cohort the request carries (`--cohort C` for the whole file, or the file's integer `cohort`
+   column per row): that cohort's promoted version (`index.json` `cohorts`), or the base when the
+   cohort has none (an unknown cohort is served, never refused);
+2. no cohort: the learned router (router.py) on the base model's pooled features, fitted on the
+   examples each serving version stored at registration (`router.safetensors`: up to 256 of its
+   training inputs); below its confidence threshold, the base.
+
+The same routing serves the gate of a cohort's update (update.py), so what is promoted is what
+predict will serve. Predictions carry their route (`version` column).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from ecotrain.continual.gate import predict_proba
+from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
+from ecotrain.errors import ConfigError, DataError
+
+ROUTER_FILE = "router.safetensors"
+ROUTER_SAMPLE = 256  # inputs per version kept for the router: enough for a linear model, kilobytes
+BASE = "(base)"  # the router's class for what the base version serves
+
+
+def write_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
+    """folder/router.safetensors: up to ROUTER_SAMPLE rows of `x` (seeded), for a version's files."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(len(x), generator=g)[:ROUTER_SAMPLE].sort().values
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ROUTER_FILE
+    save_file({"x": x[idx].float().contiguous()}, str(path))
+    return path
+
+
+def _router_sample(reg, name: str) -> Optional[torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = reg.path(name) / ROUTER_FILE
+    return load_file(str(path))["x"] if path.is_file() else None  # verified with the version (manifest)
+
+
+@dataclass
+class Deployment:
+    base: str  # the base version's name
+    model: nn.Module
+    cohorts: dict[str, str]  # cohort -> version serving it
+    models: dict[str, nn.Module]
+    router: Optional[CohortRouter]
+
+    @classmethod
+    def load(cls, reg, version: str = "current", candidate: Optional[tuple] = None,
+             min_confidence: float = MIN_CONFIDENCE, seed: int = 0) -> "Deployment":
+        """The deployment as the registry serves it; `candidate` = (cohort, model, router inputs) puts a
+        model not yet registered in its cohort's place (the gate's "after")."""
+        from ecotrain.continual.update import load_version_model
+
+        idx = reg.existing_index()
+        base = reg.resolve(version)
+        if idx["versions"][base].get("cohort") is not None:
+            raise ConfigError(f"{base} serves cohort {idx['versions'][base]['cohort']}; give the base version "
+                              "(`current`) and pick the cohort with --cohort")
+        reg.read_meta(base)  # verified (manifest, checksums) before its files are read
+        cohorts = dict(idx["cohorts"])
+        models = {}
+        for c, name in cohorts.items():
+            reg.read_meta(name)
+            models[c] = load_version_model(reg, name)
+        samples = {BASE: _router_sample(reg, base), **{c: _router_sample(reg, n) for c, n in cohorts.items()}}
+        if candidate is not None:
+            c, models[c], samples[c] = candidate
+            cohorts[c] = "(candidate)"
+        model = load_version_model(reg, base)
+        got = [(c, x) for c, x in samples.items() if x is not None and len(x)]
+        router = None
+        if len({c for c, _ in got}) >= 2:
+            feats = torch.cat([pooled_features(model, x) for _, x in got])
+            router = CohortRouter(min_confidence, seed).fit(feats.numpy(), [c for c, x in got for _ in range(len(x))])
+        return cls(base, model, cohorts, models, router)
+
+    def routes(self, x: torch.Tensor, cohorts: Optional[Sequence[Optional[str]]] = None) -> list[Optional[str]]:
+        """Per example: the cohort whose version reads it, or None for the base. A given cohort wins;
+        the router decides for the rest."""
+        given = list(cohorts) if cohorts is not None else [None] * len(x)
+        out: list[Optional[str]] = [c if c in self.models else None for c in given]
+        ask = [i for i, c in enumerate(given) if c is None]
+        if ask and self.router is not None:
+            picked = self.router.route(pooled_features(self.model, x[ask]).numpy())
+            for i, c in zip(ask, picked):
+                out[i] = c if c in self.models else None  # BASE, unsure, or no version: the base
+        return out
+
+    def proba(self, x: torch.Tensor, routes: Sequence[Optional[str]]) -> torch.Tensor:
+        """Class probabilities, each example read by the model of its route."""
+        out = None
+        for r in set(routes):
+            idx = torch.tensor([i for i, q in enumerate(routes) if q == r], dtype=torch.long)
+            p = predict_proba(self.models[r] if r is not None else self.model, x[idx])
+            out = torch.zeros(len(x), p.shape[1]) if out is None else out
+            out[idx] = p
+        return out if out is not None else torch.zeros(0, 0)
+
+    def version_of(self, route: Optional[str]) -> str:
+        return self.cohorts[route] if route is not None else self.base
+
+
+# -- the commands -----------------------------------------------------------------------------------
+def read_requests(path: Path, meta: dict, cohort: Optional[str]):
+    """(x, y or None, per-row cohorts or None) of an .npz: `x` (the version's input shape), optional `y`
+    and integer `cohort`; `--cohort` overrides the column for every row."""
+    from ecotrain.continual.update import load_npz
+
+    arrays = load_npz(path, "give an .npz with x (and optionally y and an integer cohort per row)")
+    if "x" not in arrays:
+        raise DataError(f"{path}: missing array 'x' (found {sorted(arrays)})")
+    x = arrays["x"]
+    if x.dtype.kind not in "biuf" or tuple(x.shape[1:]) != tuple(meta["input_shape"]):
+        raise DataError(f"{path}: 'x' must be numbers with samples of shape {tuple(meta['input_shape'])} (got "
+                        f"{x.dtype}, {tuple(x.shape[1:])})")
+    x = torch.from_numpy(x.astype("float32"))
+    if not bool(torch.isfinite(x).all()):
+        raise DataError(f"{path}: 'x' holds NaN/Inf; clean or impute it")
+    y = None
+    if "y" in arrays:
+        y_ = arrays["y"]
+        if y_.dtype.kind not in "iu" or y_.shape != (len(x),) or (len(y_) and not 0 <= y_.min() <= y_.max()
+                                                                   < meta["num_classes"]):
+            raise DataError(f"{path}: 'y' must be one class id (0 to {meta['num_classes'] - 1}) per row of 'x'")
+        y = torch.from_numpy(y_.astype("int64"))
+    if cohort is not None:
+        return x, y, [str(cohort)] * len(x)
+    c = arrays.get("cohort")
+    if c is None:
+        return x, y, None
+    if c.dtype.kind not in "iu" or c.shape != (len(x),):
+        raise DataError(f"{path}: 'cohort' must be one integer cohort key per row of 'x'")
+    return x, y, [str(int(v)) for v in c]
+
+
+def _serve(registry, version: str, data: str, cohort: Optional[str]):
+    from ecotrain.continual.registry import Registry
+
+    reg = Registry(registry)
+    dep = Deployment.load(reg, version)
+    x, y, given = read_requests(Path(data), reg.read_meta(dep.base), cohort)
+    routes = dep.routes(x, given)
+    return dep, x, y, given, routes, dep.proba(x, routes)
+
+
+def predict(registry, version: str, data: str, out: str, cohort: Optional[str] = None) -> tuple[int, Path, dict]:
+    """CSV: index, prediction, [label], cohort given, version that served it, prob_0..prob_{K-1}."""
+    from ecotrain.inference import _writable, _write
+
+    path = _writable(Path(out), "--out")
+    dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    k = probs.shape[1] if len(probs) else 0
+    w.writerow(["index", "prediction", *(["label"] if y is not None else []), "cohort", "version",
+                *(f"prob_{j}" for j in range(k))])
+    for i in range(len(x)):
+        w.writerow([i, int(probs[i].argmax()), *([int(y[i])] if y is not None else []),
+                    given[i] if given and given[i] is not None else "", dep.version_of(routes[i]),
+                    *(f"{float(p):.6g}" for p in probs[i])])
+    _write(path, buf.getvalue().encode(), "--out")
+    return len(x), path, _counts(dep, routes)
+
+
+def evaluate(registry, version: str, data: str, out: Optional[str], cohort: Optional[str] = None) -> tuple[dict, Path]:
+    """Accuracy of the deployment as served (routes as in predict), overall and per route."""
+    from ecotrain.inference import _writable, _write
+
+    path = Path(out) if out else Path(data).with_suffix("").with_name(Path(data).stem + "-eval.json")
+    _writable(path, "--out")
+    dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
+    if y is None:
+        raise DataError(f"{data}: no 'y' array; eval needs labels (predict does not)")
+    hit = (probs.argmax(1) == y).float()
+    per = {}
+    for r in sorted(set(routes), key=str):
+        m = torch.tensor([q == r for q in routes])
+        per[dep.version_of(r)] = {"samples": int(m.sum()), "accuracy": round(float(hit[m].mean()), 6)}
+    record = {"registry": str(registry), "base": dep.base, "cohorts": dep.cohorts, "data": str(data),
+              "cohort": cohort, "samples": len(x), "accuracy": round(float(hit.mean()), 6) if len(x) else None,
+              "routes": per, "router": dep.router is not None}
+    _write(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
+    return record, path
+
+
+def _counts(dep: Deployment, routes) -> dict:
+    out: dict = {}
+    for r in routes:
+        v = dep.version_of(r)
+        out[v] = out.get(v, 0) + 1
+    return out
