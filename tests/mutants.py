@@ -43,7 +43,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                     "tests/unit/test_checkpoint_format.py",
                                                     "tests/unit/test_checkpoint_manager.py",
                                                     "tests/unit/test_checkpoint_state.py"]),
-    "compare": ("src/ecotrain/accounting/compare.py", ["tests/unit/test_accounting_compare.py"]),
+    "compare": ("src/ecotrain/accounting/compare.py", ["tests/unit/test_accounting_compare.py",
+                                                       "tests/unit/test_accounting_compare_parts.py"]),
 }
 # tests that read a module's source text: mutmut's copy holds every mutant's text side by side
 DESELECT = {"checkpoint": ["tests/unit/test_checkpoint.py::test_no_torch_load_without_weights_only"]}

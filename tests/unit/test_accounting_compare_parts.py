@@ -1,0 +1,227 @@
+"""`compare` part by part on hand-written run folders: load_run's and judge's refusals word for word,
+where a run's seed comes from, when two sides pair by seed, the seeds line for each shape of the
+sides, a loss metric, a zero baseline, the cost interval (paired or not), the notes on measured
+energy and on distilled runs, and group files as run lists."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ecotrain.accounting.compare import compare, judge, load_run, pairing, run_seed, split_runs
+from ecotrain.accounting.report import num
+from ecotrain.errors import ConfigError
+from ecotrain.stats import diff_ci
+from tests.unit.test_accounting_compare import make_run
+
+
+def _edit(run, name, change):
+    p = Path(run) / name
+    data = json.loads(p.read_text())
+    change(data)
+    p.write_text(json.dumps(data))
+    return run
+
+
+def _line(report, start):
+    return next(line for line in report.splitlines() if line.startswith(start))
+
+
+def test_load_run_names_what_is_missing(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_run(str(tmp_path / "nope"))
+    assert str(err.value) == f"{tmp_path / 'nope'}: not a run folder (no such folder)"
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError) as err:
+        load_run(str(tmp_path / "f"))
+    assert str(err.value) == f"{tmp_path / 'f'}: a file, not a run folder (looked for {tmp_path / 'f'}/summary.json)"
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ConfigError) as err:
+        load_run(str(run))
+    assert str(err.value) == (f"{run}: not a run folder (no summary.json, no config.yaml); "
+                              "give the folders that `ecotrain fit` wrote")
+    (run / "config.yaml").write_text("name: x\n")
+    with pytest.raises(ConfigError) as err:
+        load_run(str(run))
+    assert str(err.value) == f"{run}: no summary.json (the run did not finish)"
+    (run / "summary.json").write_text("{oops")
+    with pytest.raises(ConfigError) as err:
+        load_run(str(run))
+    assert str(err.value) == (f"{run / 'summary.json'}: not readable JSON "
+                              "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))")
+    (run / "summary.json").write_text("[1]")
+    with pytest.raises(ConfigError) as err:
+        load_run(str(run))
+    assert str(err.value) == f"{run / 'summary.json'}: not a JSON object"
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem")
+def test_an_unreadable_summary_names_the_os_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").symlink_to("/proc/self/mem")  # a regular file whose read fails (EIO)
+    with pytest.raises(ConfigError) as err:
+        load_run(str(run))
+    assert str(err.value) == f"{run / 'summary.json'}: not readable JSON (Input/output error)"
+
+
+def test_a_runs_seed(tmp_path):
+    run = make_run(tmp_path / "r", 0.9, 1.0, seed=7)
+    assert run_seed(run, {}) == 7 and run_seed(run, {"seed": 5}) == 5  # summary.json first
+    assert run_seed(run, {"seed": "5"}) is None and run_seed(run, {"seed": True}) is None
+    assert run_seed(str(tmp_path / "none"), {}) is None  # no config.yaml
+    (tmp_path / "r" / "config.yaml").write_text("seed: [unclosed\n")
+    assert run_seed(run, {}) is None
+    (tmp_path / "r" / "config.yaml").write_text("- a list\n")
+    assert run_seed(run, {}) is None
+    (tmp_path / "r" / "config.yaml").write_text("seed: x\n")
+    assert run_seed(run, {}) is None
+
+
+def test_pairing_needs_the_same_distinct_known_seeds():
+    assert pairing([1, 2], [2, 1]) == [1, 0]
+    assert pairing([3, 1, 2], [1, 2, 3]) == [2, 0, 1]
+    assert pairing([1], [1]) is None
+    assert pairing([1, 2], [1, None]) is None and pairing([1, None], [1, 2]) is None
+    assert pairing([1, 1], [1, 1]) is None and pairing([1, 2], [1, 3]) is None
+
+
+def test_judge_refusals(tmp_path):
+    base = make_run(tmp_path / "b", 0.9, 1.0)
+    with pytest.raises(ConfigError) as err:
+        judge([base], [base], by="joules")
+    assert str(err.value) == "--by: one of flops, cpu_seconds, wall_seconds, energy, co2e, cost (got 'joules')"
+    with pytest.raises(ConfigError) as err:
+        judge([base], [base], metric="val_f1")
+    assert str(err.value) == f"{base}: summary.json has no 'val_f1' (choose another with --metric)"
+    cand = make_run(tmp_path / "c", 0.9, None)
+    with pytest.raises(ConfigError) as err:
+        judge([base], [cand])  # by co2e: the default
+    assert str(err.value) == (f"--by co2e: {cand} has no CO2e kg figure (no energy figure); "
+                              "compare --by flops or cpu_seconds instead")
+
+
+def test_the_seeds_line_for_each_shape(tmp_path):
+    b = [make_run(tmp_path / f"b{i}", 0.9, 1.0, seed=s) for i, s in enumerate((1, 2))]
+    c = [make_run(tmp_path / f"c{i}", 0.9, 0.4, seed=s) for i, s in enumerate((3, 4))]
+    u = [make_run(tmp_path / f"u{i}", 0.9, 0.4) for i in range(2)]
+    seeds = lambda r: _line(r, "seeds:")  # noqa: E731
+    assert seeds(judge(b, c)[0]) == "seeds: baseline 1,2; candidate 3,4: unpaired (Welch): not the same seeds"
+    assert seeds(judge(b, u)[0]) == "seeds: baseline 1,2; candidate ?,?: unpaired (Welch): a run's seed is not recorded"
+    assert seeds(judge(b[:1], c)[0]) == "seeds: baseline 1; candidate 3,4: the baseline has one run: no interval"
+    assert seeds(judge(b, c[:1])[0]) == "seeds: baseline 1,2; candidate 3: the candidate has one run: no interval"
+    assert seeds(judge(b[:1], u[:1])[0]) == "seeds: baseline 1; candidate ?: one run per side: no interval"
+
+
+def test_one_run_against_two(tmp_path):
+    b = [make_run(tmp_path / "b", 0.9, 1.0, seed=1)]
+    c = [make_run(tmp_path / f"c{s}", 0.9, 0.4, seed=s) for s in (1, 2)]
+    report, verdict = judge(b, c, by="energy")
+    assert report.splitlines()[0].split() == ["baseline", "candidate", "(mean", "of", "2", "[95%", "CI])", "ratio",
+                                              "change"]
+    assert _line(report, "test_accuracy:") == ("test_accuracy: 0.9000 -> 0.9000, drop +0.0000 (allowed 0.01): PASS "
+                                               "(on one seed on a side: no interval)")
+    assert _line(report, "energy kWh (measured):") == ("energy kWh (measured): 1 -> 0.4, cut 60.0% (required 50%): "
+                                                       "PASS (a point check on the means)")
+    assert "note: energy figures are estimated (see each ledger.json energy.how)" in report
+    assert verdict == "PASS"
+    report, _ = judge(c, b, by="energy")
+    assert _line(report, "energy kWh (measured):") == ("energy kWh (measured): 0.4 -> 1, cut -150.0% (required 50%): "
+                                                       "FAIL (a point check on the means)")
+    assert report.splitlines()[0].split()[:6] == ["baseline", "(mean", "of", "2", "[95%", "CI])"]
+
+
+def test_two_runs_a_side_paired_by_seed(tmp_path):
+    b = [make_run(tmp_path / f"b{s}", a, 1.0, seed=s, cpu=cpu) for s, a, cpu in ((1, 0.90, 9.0), (2, 0.92, 12.0))]
+    c = [make_run(tmp_path / f"c{s}", a, 0.4, seed=s, cpu=cpu) for s, a, cpu in ((2, 0.91, 4.0), (1, 0.90, 4.5))]
+    report, _ = judge(b, c, by="cpu_seconds")
+    assert "baseline (mean of 2 [95% CI])" in report and "candidate (mean of 2 [95% CI])" in report
+    assert _line(report, "seeds:") == "seeds: baseline 1,2; candidate 2,1: paired by seed (2 per-seed differences)"
+    iv = diff_ci([9.0, 12.0], [4.5, 4.0], True)  # seed by seed: 4.5 and 8
+    assert iv.mean == 6.25 and iv != diff_ci([9.0, 12.0], [4.5, 4.0], False)
+    assert _line(report, "CPU s (measured):") == (
+        f"CPU s (measured): 10.5 -> 4.25, cut 59.5% (required 50%; baseline - candidate {num(iv.mean)}, 95% CI "
+        f"[{num(iv.low)}, {num(iv.high)}]): PASS (a point check on the means)")
+    acc = diff_ci([0.90, 0.92], [0.90, 0.91], True)
+    assert _line(report, "test_accuracy:").startswith(
+        f"test_accuracy: 0.9100 -> 0.9050, drop {acc.mean:+.4f}, 95% CI [{acc.low:+.4f}, {acc.high:+.4f}] (paired, n=2;")
+
+
+def test_a_loss_metric_is_judged_by_its_rise(tmp_path):
+    b = make_run(tmp_path / "b", 0.9, 1.0)
+    c = make_run(tmp_path / "c", 0.9, 0.4)
+    _edit(b, "summary.json", lambda s: s.update(val_loss=0.50))
+    _edit(c, "summary.json", lambda s: s.update(val_loss=0.60))
+    report, ok = compare([b], [c], metric="val_loss")
+    assert not ok and _line(report, "val_loss:") == ("val_loss: 0.5000 -> 0.6000, drop +0.1000 (allowed 0.01): FAIL "
+                                                     "(on one seed: no interval)")
+    report, _ = compare([c], [b], metric="val_loss", min_cost_cut=-2)
+    assert "drop -0.1000 (allowed 0.01): PASS" in report and report.endswith("the candidate meets the criteria)")
+    assert _line(report, "val_loss ").split() == ["val_loss", "0.6000", "0.5000", "0.833", "-16.7%"]
+
+
+def test_a_nan_metric_reads_as_nan(tmp_path):
+    b = make_run(tmp_path / "b", 0.9, 1.0)
+    c = _edit(make_run(tmp_path / "c", 0.9, 0.4), "summary.json", lambda s: s.update(test_accuracy=float("nan")))
+    report, verdict = judge([b], [c])
+    assert _line(report, "test_accuracy ").split() == ["test_accuracy", "0.9000", "nan", "nan", "+nan%"]
+    assert verdict == "FAIL"
+
+
+def test_missing_cells_a_zero_baseline_and_a_cost_without_currency(tmp_path):
+    b = _edit(make_run(tmp_path / "b", 0.9, None, flops=0), "ledger.json", lambda L: L["cost"].pop("currency"))
+    c = make_run(tmp_path / "c", 0.9, 0.4, flops=1e9)
+    report, verdict = judge([b], [c], by="flops")
+    assert _line(report, "energy kWh").split() == ["energy", "kWh", "(measured)", "n/a", "0.4", "n/a", "n/a"]
+    assert _line(report, "FLOPs (counted) ").split() == ["FLOPs", "(counted)", "0", "1e+09", "n/a", "n/a"]
+    assert _line(report, "cost (measured)").split() == ["cost", "(measured)", "0.01", "0.01", "1.000", "+0.0%"]
+    assert _line(report, "FLOPs (counted):") == ("FLOPs (counted): 0 -> 1e+09, cut 0.0% (required 50%): FAIL "
+                                                 "(a point check)")
+    assert verdict == "FAIL" and report.endswith("verdict: FAIL (test_accuracy PASS, FLOPs (counted) FAIL)")
+    assert "note:" not in report  # FLOPs are counted: no note on measured figures
+
+
+def test_a_counted_pass_says_so(tmp_path):
+    b = make_run(tmp_path / "b", 0.9, 1.0, flops=2e9)
+    c = make_run(tmp_path / "c", 0.9, 1.0, flops=1e9)
+    report, verdict = judge([b], [c], by="flops")
+    assert verdict == "PASS" and report.endswith(
+        "verdict: PASS (test_accuracy PASS, FLOPs (counted) PASS: the candidate meets the criteria)")
+
+
+def test_notes_on_measured_energy(tmp_path):
+    b = _edit(make_run(tmp_path / "b", 0.9, 1.0), "ledger.json", lambda L: L["energy"].update(method="measured"))
+    c = make_run(tmp_path / "c", 0.9, 0.4)
+    m = _edit(make_run(tmp_path / "m", 0.9, 0.4), "ledger.json", lambda L: L["energy"].update(method="measured"))
+    report, _ = judge([b], [c], by="energy")
+    assert "note: energy figures are estimated and measured (see each ledger.json energy.how)" in report
+    report, _ = judge([b], [m], by="energy")
+    assert "note: energy figures" not in report
+    assert "note: energy kWh is measured: it moves with the machine's load" in report
+    report, _ = judge([b], [c], by="wall_seconds")
+    assert "note: energy figures" not in report and "note: wall s is measured" in report
+
+
+def test_notes_on_distilled_runs(tmp_path):
+    def distilled(name, flag):
+        run = make_run(tmp_path / name, 0.9, 1.0)
+        return _edit(run, "summary.json", lambda s: s.update(methods={"distill": {"teacher_cost_included": flag}}))
+
+    note = ("note: the {side} is distilled from a teacher; the teacher's training FLOPs are {how} in its FLOPs; its "
+            "forward passes are counted; its CPU time and energy are not (see its ledger.json)")
+    plain = make_run(tmp_path / "plain", 0.9, 1.0)
+    report, _ = judge([plain], [distilled("t", True)], by="flops")
+    assert note.format(side="candidate", how="included") in report and "the baseline is distilled" not in report
+    report, _ = judge([distilled("f", False)], [plain], by="flops")
+    assert note.format(side="baseline", how="NOT included") in report and "the candidate is distilled" not in report
+    report, _ = judge([plain], [distilled("t2", True), distilled("f2", False), plain], by="flops")
+    assert note.format(side="candidate", how="included in some runs only") in report
+    assert "distilled" not in judge([plain], [plain], by="flops")[0]
+
+
+def test_group_files_stand_for_their_runs(tmp_path):
+    (tmp_path / "g-group.json").write_text(json.dumps({"kind": "ecotrain.seed_group", "runs": ["r0", "r1"]}))
+    g = str(tmp_path / "g-group.json")
+    assert split_runs([g, "x,y", ""]) == [str(tmp_path / "r0"), str(tmp_path / "r1"), "x", "y"]
+    assert split_runs(None) == [] and split_runs(["missing-group.json"]) == ["missing-group.json"]
