@@ -94,7 +94,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                                                                  batch_size=cfg.data.batch_size)
     methods = build_methods(cfg, parts.methods)
     task = make_task(cfg, parts, bundle)
-    check_methods_fit(methods, task, bundle)
+    check_methods_fit(methods, task, bundle, started_from=opts.init_from or opts.resume)
     net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
     source, sampler, facts = make_sampler(cfg, bundle, dist, methods)
     total = plan_steps(cfg, len(sampler))
@@ -139,10 +139,17 @@ def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):
     return task
 
 
-def check_methods_fit(methods: Methods, task, bundle: DataBundle) -> None:
-    """One line for a method that cannot work with this task or data, before anything trains."""
+def check_methods_fit(methods: Methods, task, bundle: DataBundle, started_from=None) -> None:
+    """One line for a method that cannot work with this task or data, before anything trains.
+    `started_from`: init_from, or the checkpoint a resume restores (which holds what "init" needs)."""
     for m in methods.methods:
         needs = getattr(m, "needs", ())
+        if "init" in needs and started_from is None:
+            raise ConfigError(f"methods: '{m.key}' needs the weights the run starts from (fit's init_from, "
+                              "--init-from: the deployed model) and this run starts from none")
+        if "val" in needs and bundle.val is None:
+            raise ConfigError(f"methods: '{m.key}' chooses on the validation split and this run has none; set "
+                              "data.val_split or pass a 'val' split")
         if "xy" in needs and task.name not in ("classification", "language_model", "sequence", "user"):
             raise ConfigError(f"methods: '{m.key}' needs (x, y) batches of a classification task; this run's task "
                               f"is '{task.name}' (set task.name, or drop the method)")

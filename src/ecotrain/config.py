@@ -18,7 +18,7 @@ from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 
 from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,
-    PruneConfig, QatConfig, ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, MethodConfig,
+    PruneConfig, QatConfig, ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, AverageConfig, MethodConfig,
 )
 
 # mnist1d: 10 classes, split 80/20 into train/test by the generator, then a validation split of train

@@ -202,6 +202,9 @@ class ReplayConfig(_FromSection):
     hard_weight: float = Field(1.0, ge=1)  # loss weight of kept examples the model gets wrong (1: off)
     rare_weight: bool = False  # loss weight median/count for classes rarer than the median (at most 10)
     from_: Optional[str] = Field(None, alias="from")  # the previous version's buffer: run folder or .safetensors
+    # DER++ (Buzzega et al. 2020): the buffer keeps each example's logits; loss += logit_weight * MSE(logits, stored)
+    logits: bool = False
+    logit_weight: float = Field(0.5, ge=0)  # the paper's alpha (its beta, the replayed labels' CE, is `weight`)
 
 
 class EwcConfig(_FromSection):
@@ -224,6 +227,24 @@ class LwfConfig(_Section):
     temperature: float = Field(2.0, gt=0)
     on_new: bool = True  # distil on the new rows (false, with replay: the old examples only, as DER does)
     on_replay: bool = True  # also distil on the replay rows when methods.replay is on
+
+
+class AverageConfig(_FromSection):
+    """methods/average.py: the final weights become alpha * trained + (1 - alpha) * previous (docs/continual.md)."""
+
+    name: Literal["average"]
+    # previous: the weights the run was initialised from (fit's init_from); else a run folder or .safetensors file
+    with_: str = Field("previous", alias="with", min_length=1)
+    alpha: Union[float, Literal["auto"]] = 0.5  # the trained weights' share; auto: the best of `grid` on val
+    grid: list[float] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1)  # alpha auto
+
+    @model_validator(mode="after")
+    def _alphas_in_range(self) -> "AverageConfig":
+        named = ([("alpha", self.alpha)] if self.alpha != "auto" else []) + [("grid value", a) for a in self.grid]
+        for what, a in named:
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"{what} {a} is outside [0, 1] (1: the trained weights, 0: the previous ones)")
+        return self
 
 
 class AdaptersConfig(_FromSection):
@@ -251,7 +272,7 @@ class UserMethodConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-BUILTIN_METHODS = (ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, EmaConfig, BatchNormConfig, FinetuneConfig,
+BUILTIN_METHODS = (ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, AverageConfig, EmaConfig, BatchNormConfig, FinetuneConfig,
                    DedupConfig, CurriculumConfig, SelectiveBackpropConfig, ProgressiveResizeConfig, BatchRampConfig,
                    LateFreezeConfig, StabilityStopConfig, DistillConfig, PruneConfig, QatConfig)
 USER_METHOD = "pkg.module:Method"  # the tag of an import-path entry, listed beside the built-in names in errors

@@ -92,12 +92,17 @@ def _lwf(m, run):
     return LwF(m, run)
 
 
+def _average(m, run):
+    from ecotrain.methods.average import Average
+    return Average(m, run)
+
+
 def _adapters(m, run):
     from ecotrain.methods.adapters import Adapters
     return Adapters(m, run)  # imports PEFT (and transformers) only when used
 
 
-BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, "ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
+BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, "average": _average, "ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
             "selective_backprop": _selective, "progressive_resize": _resize, "batch_ramp": _batch_ramp,
             "late_freeze": _late_freeze, "stability_stop": _stability,
             "distill": _distill, "prune": _prune, "qat": _qat}

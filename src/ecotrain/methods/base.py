@@ -17,7 +17,8 @@ Every hook is optional; each is called from one visible line:
 | `state_dict()` / `load_state_dict(sd)` | the checkpoint | keyed by the method's stable `key`, never by list position |
 
 A batch is whatever the data gives (batch.py); a method that reads `(x, y)` tensors says so with
-`needs = ("xy",)`, and a run whose task or batches differ is refused in one line before it trains.
+`needs = ("xy",)`, and a run whose task or batches differ is refused in one line before it trains
+(likewise "init": a run started from no weights; "val": data without a validation split).
 
 A method that needs per-step work (EMA's update) also overrides `Callback` hooks; `Methods.callbacks`
 puts it in the callback list, so it is called from the loop's own visible `cbs.on_step_end(state)`.
@@ -40,7 +41,9 @@ class Method(Callback):
     """Override only the hooks you need. `key` names the method's state in checkpoints."""
 
     key: str = ""
-    needs: tuple = ()  # ("xy",): works on (x, y) tensor batches of a classification-like task only
+    # ("xy",): works on (x, y) tensor batches of a classification-like task only; "init": a new run must
+    # start from weights (init_from); "val": the data must have a validation split (assemble.check_methods_fit)
+    needs: tuple = ()
     state_in_methods = True  # its state rides under the checkpoint's "methods", not "callbacks"
 
     def transform(self, model: nn.Module) -> nn.Module:

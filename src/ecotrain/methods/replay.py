@@ -8,6 +8,8 @@
         selection: balanced  # class-balanced, or reservoir (a uniform sample of everything seen)
         hard_weight: 2.0     # kept examples the model gets wrong weigh 2 in CE(replay)
         from: runs/v1        # the previous version's buffer (its export.safetensors)
+        logits: true         # DER++: the buffer keeps each example's logits, replayed as a target too
+        logit_weight: 0.5    # loss += logit_weight * MSE(logits, stored logits), logged as loss_replay_logits
 
 Each step replays `rows = round(batch * ratio / (1 - ratio))` buffer examples: epoch e's replay
 order is a seeded permutation of the buffer (a function of (seed, epoch)), read `rows` at a time
@@ -18,6 +20,13 @@ At the end of the run (`finalize`) the buffer is updated with this run's trainin
 exported as tensors (x, y, weight, seen) into export.safetensors under `replay/`: the next
 version's `from`. The weights are recomputed then: `hard_weight` for the examples the final model
 misclassifies, and with `rare_weight` median/count for the classes rarer than the median.
+
+With `logits` (DER++, Buzzega et al. 2020, "Dark Experience for General Continual Learning") each
+stored example keeps the logits (eval mode) of the model that stored it: this run's final model
+for the examples it adds, the stored ones kept for the examples carried over. The replay rows then
+add `logit_weight * MSE(logits, stored)` (the paper's alpha; `weight` is its beta). A `from`
+buffer exported without logits gets those of the model the run starts from (init_from: the
+previous version), computed once before the first step and kept in the checkpoint.
 
 When it helps: class-incremental updates, where nothing else keeps the old classes' logits alive.
 Risks: a small buffer overfits (the same few hundred examples every epoch); stored examples are
@@ -34,6 +43,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
@@ -45,12 +55,16 @@ class Buffer:
     y: torch.Tensor  # [n] int64
     weight: torch.Tensor  # [n] float32, the loss weight of each example
     seen: int = 0  # examples offered to the buffer so far, every version (reservoir sampling needs it)
+    logits: Optional[torch.Tensor] = None  # [n, classes] float32: each example's stored logits (DER++), or None
 
     def __len__(self) -> int:
         return len(self.y)
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {"x": self.x, "y": self.y, "weight": self.weight, "seen": torch.tensor([self.seen])}
+        out = {"x": self.x, "y": self.y, "weight": self.weight, "seen": torch.tensor([self.seen])}
+        if self.logits is not None:
+            out["logits"] = self.logits
+        return out
 
 
 def file_digest(path: Path) -> str:
@@ -115,7 +129,11 @@ def load_buffer(path: str | Path, where: str = "methods.replay.from") -> Buffer:
     if len(t["x"]) != n or len(t["weight"]) != n:
         raise CheckpointError(f"{where}: {p}: x, y and weight have different lengths ({len(t['x'])}, {n}, "
                               f"{len(t['weight'])}); the file is damaged")
-    return Buffer(t["x"].float(), t["y"].long(), t["weight"].float(), int(t["seen"][0]))
+    logits = t.get("logits")
+    if logits is not None and len(logits) != n:
+        raise CheckpointError(f"{where}: {p}: {len(logits)} rows of logits for {n} examples; the file is damaged")
+    return Buffer(t["x"].float(), t["y"].long(), t["weight"].float(), int(t["seen"][0]),
+                  None if logits is None else logits.float())
 
 
 # -- filling the buffer ------------------------------------------------------------------------
@@ -173,6 +191,17 @@ def example_weights(y: torch.Tensor, wrong: torch.Tensor, hard_weight: float, ra
     return w
 
 
+@torch.no_grad()
+def model_logits(model, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """`model`'s eval-mode outputs on `x` (on the CPU), `chunk` rows at a time; its mode restored."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    out = torch.cat([model(x[i:i + chunk].to(dev)).cpu() for i in range(0, len(x), chunk)])
+    model.train(was)
+    return out
+
+
 # -- the method --------------------------------------------------------------------------------
 class Replay(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
@@ -188,6 +217,24 @@ class Replay(Method):
         self._dev: Optional[tuple[torch.Tensor, ...]] = None  # the buffer on the model's device
         self._cache = (None, None)  # (the new rows' outputs, the replay logits computed with them)
         self.report: dict = {}
+        self.filled: Optional[torch.Tensor] = None  # logits computed for a `from` buffer that had none
+        self._dev_logits: Optional[torch.Tensor] = None  # the stored logits on the model's device
+        if cfg.logits and self.buffer is not None and len(self.buffer) and self.buffer.logits is None:
+            self.needs = ("xy", "init")  # the stored logits come from the model the run starts from
+
+    def on_fit_start(self, state):
+        if not self.cfg.logits or self.buffer is None or not len(self.buffer):
+            return
+        bare = state.dist.unwrap(state.model)
+        if self.buffer.logits is None:  # a new run: the model still holds the previous version's weights
+            with FlopCounterMode(display=False) as counter:
+                self.filled = model_logits(bare, self.buffer.x).float()
+            state.add_flops(float(counter.get_total_flops()), "replay.logits")
+            self.buffer.logits = self.filled
+        width = tuple(model_logits(bare, self.buffer.x[:1]).shape[1:])
+        if width != tuple(self.buffer.logits.shape[1:]):
+            raise ConfigError(f"methods.replay.logits: the buffer's stored logits are {tuple(self.buffer.logits.shape[1:])} "
+                              f"per example but this model's are {width}; replay logits of the same head")
 
     def data(self, source, sampler):
         batch = getattr(sampler, "batch_size", None)
@@ -237,7 +284,17 @@ class Replay(Method):
             return {}
         _, y, w = self.replay_batch(state)
         ce = F.cross_entropy(logits.float(), y, reduction="none")
-        return {"replay": self.cfg.weight * (ce * w).sum() / w.sum()}
+        terms = {"replay": self.cfg.weight * (ce * w).sum() / w.sum()}
+        if self.cfg.logits and self.buffer.logits is not None:
+            terms["replay_logits"] = self.cfg.logit_weight * F.mse_loss(logits.float(), self.stored_logits(state))
+        return terms
+
+    def stored_logits(self, state) -> torch.Tensor:
+        """The stored logits of this step's replay rows (the rows of `replay_batch`), on the model's device."""
+        if self._dev_logits is None or self._dev_logits.device != state.device:
+            self._dev_logits = self.buffer.logits.to(state.device)
+        idx = self.replay_indices(state.epoch, state.batch_in_epoch).to(state.device)
+        return self._dev_logits.index_select(0, idx)
 
     # -- the next version's buffer -----------------------------------------------------------
     @torch.no_grad()
@@ -252,26 +309,37 @@ class Replay(Method):
             x[:len(old)], y[:len(old)] = old.x, old.y
             slots, picks = reservoir(len(old), old.seen, len(ny), self.cfg.size, g)
             x[slots], y[slots] = nx[picks].float(), ny[picks]
+            origin = torch.arange(n).masked_fill(torch.arange(n) >= len(old), -1)  # the old row each row is, or -1
+            origin[slots] = -1
         else:
             px, py = torch.cat([old.x, nx.float()]), torch.cat([old.y, ny])
             keep = balanced(py, self.cfg.size, g)
             x, y = px[keep], py[keep]
+            origin = keep.masked_fill(keep >= len(old), -1)
         wrong = self._wrong(model, x, y) if self.cfg.hard_weight != 1.0 else torch.zeros(len(y), dtype=torch.bool)
         w = example_weights(y, wrong, self.cfg.hard_weight, self.cfg.rare_weight)
-        self.buffer = Buffer(x.contiguous(), y.contiguous(), w, old.seen + len(ny))
+        logits = self._stored_logits(model, x, origin, old.logits) if self.cfg.logits else None
+        self.buffer = Buffer(x.contiguous(), y.contiguous(), w, old.seen + len(ny), logits)
         classes, counts = torch.unique(y, return_counts=True)
         self.report = {"buffer": len(y), "seen": self.buffer.seen, "rows_per_step": self.rows,
                        "per_class": {str(int(c)): int(n) for c, n in zip(classes, counts)},
                        "hard": int(wrong.sum())}
+        if logits is not None:
+            self.report["logits"] = True
 
     @staticmethod
     def _wrong(model, x, y) -> torch.Tensor:
-        was = model.training
-        model.eval()
-        dev = next(model.parameters()).device
-        pred = torch.cat([model(x[i:i + 256].to(dev)).argmax(-1).cpu() for i in range(0, len(x), 256)])
-        model.train(was)
-        return pred != y
+        return model_logits(model, x).argmax(-1) != y
+
+    @staticmethod
+    def _stored_logits(model, x, origin: torch.Tensor, old: Optional[torch.Tensor]) -> torch.Tensor:
+        """The final model's logits on the rows it adds; the rows carried over keep theirs (DER: the
+        logits of the model that stored them)."""
+        out = model_logits(model, x).float()
+        kept = origin >= 0
+        if old is not None and kept.any() and old.shape[1:] == out.shape[1:]:
+            out[kept] = old[origin[kept]]
+        return out.contiguous()
 
     def export(self, model):
         return self.buffer.tensors() if self.buffer is not None else None
@@ -281,7 +349,12 @@ class Replay(Method):
 
     def state_dict(self) -> dict:
         # the buffer is read-only while training: it is `from`'s file, whose digest a resume checks
-        return {"from_digest": self.digest}
+        sd = {"from_digest": self.digest}
+        if self.filled is not None:  # logits the starting model gave a `from` buffer: a resumed model cannot redo them
+            sd["logits"] = self.filled
+        return sd
 
     def load_state_dict(self, sd: dict) -> None:
         check_pinned(sd, "from_digest", self.digest, "methods.replay.from", self.from_path, "the buffer")
+        if "logits" in sd and self.buffer is not None:
+            self.filled = self.buffer.logits = sd["logits"].float()
