@@ -35,7 +35,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "ewc": ("src/ecotrain/methods/ewc.py", ["tests/unit/test_ewc.py"]),
     "replay": ("src/ecotrain/methods/replay.py", ["tests/unit/test_replay.py"]),
     "objective": ("src/ecotrain/objective.py", ["tests/unit/test_objective.py", "tests/unit/test_loop.py"]),
-    "task": ("src/ecotrain/task.py", ["tests/unit/test_tasks.py"]),
+    "task": ("src/ecotrain/task.py", ["tests/unit/test_tasks.py", "tests/unit/test_task_parts.py"]),
     "batchnorm": ("src/ecotrain/methods/batchnorm.py", ["tests/unit/test_batchnorm.py",
                                                         "tests/unit/test_batchnorm_report.py"]),
     "checkpoint": ("src/ecotrain/checkpoint/*.py", ["tests/unit/test_checkpoint.py",
