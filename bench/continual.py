@@ -49,6 +49,8 @@ STRATEGIES = {
         {"name": "adapters", "target_modules": ["conv1", "conv2", "conv3", "linear"], "r": 8, "alpha": 16,
          "merge": True}],
     "replay+lwf-old": lambda prev: [_replay(prev), _lwf(prev, on_new=False)],
+    # DER++ (Buzzega et al. 2020): the buffer keeps each example's logits from when it was stored
+    "der++": lambda prev: [_replay(prev, logits=True, logit_weight=0.5)],
 }
 
 

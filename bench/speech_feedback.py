@@ -30,33 +30,55 @@ from ecotrain.config import load_config
 from ecotrain.log import setup_cli_logging
 from ecotrain.speech.commands import data_folder
 from ecotrain.speech.feedback import FeedbackSettings
-from ecotrain.speech.rounds import run, summary_figures, table
+from ecotrain.speech.rounds import (NO_COHORT, REPLAYS, final_figures, rejections_correct, run, summary_figures,
+                                    table)
 from ecotrain.stats import mean_ci
 from ecotrain.sweep import parse_seeds
 
 QUICK = ["data.kwargs.scale=0.3", "data.kwargs.feedback.base_steps=40", "data.kwargs.feedback.update_steps=10",
-         "data.kwargs.feedback.check_steps=5", "data.kwargs.feedback.rounds=[accent_de]"]
-
-
-HOWS = {"routed": ("old_wer_rise", "new_wer_cut"), "router": ("old_wer_rise_router", "new_wer_cut_router"),
-        "merged": ("old_wer_rise_merged", "new_wer_cut_merged")}
+         "data.kwargs.feedback.check_steps=5", "data.kwargs.feedback.rounds=[accent_de,accent_es,accent_de]"]
 
 
 def result_line(per_seed: list[dict], seeds: str, disjoint: bool) -> str:
-    """Means and 95% half-widths over the seeds: the adapters served three ways, then replay + LwF
-    (`protected`), then the wrong transcripts caught (summed over seeds)."""
-    line = f"RESULT fresh_seeds={seeds} gate_split_disjoint={str(disjoint).lower()}"
-    ad = [r["adapters"] for r in per_seed]
-    for how, (old_k, new_k) in HOWS.items():
-        old, new = mean_ci([f[old_k] for f in ad]), mean_ci([f[new_k] for f in ad])
-        line += (f" old_wer_rise_{how}={old.mean:.4f} old_wer_rise_{how}_ci={old.half:.4f}"
-                 f" new_wer_cut_{how}={new.mean:.4f} new_wer_cut_{how}_ci={new.half:.4f}")
-    pr = [r["protected"] for r in per_seed]
-    old, new = mean_ci([f["old_wer_rise"] for f in pr]), mean_ci([f["new_wer_cut"] for f in pr])
-    line += (f" protected_old_wer_rise={old.mean:.4f} protected_old_wer_rise_ci={old.half:.4f}"
-             f" protected_new_wer_cut={new.mean:.4f} protected_new_wer_cut_ci={new.half:.4f}")
-    caught, total = sum(f["bad_caught"] for f in pr), sum(f["bad_total"] for f in pr)
-    return line + f" bad_labels_caught={caught}/{total}"
+    """Means and 95% half-widths over the seeds. The best way of serving that needs no cohort at test
+    time is chosen by its mean WER over the gate halves (validation), then reported on the report
+    halves; the adapters served by the request's cohort (metadata) beside it."""
+    fig = [r["final"] for r in per_seed]
+    ways = [k for k in NO_COHORT if all(k in f for f in fig)]
+    best = min(ways, key=lambda k: sum(f[k]["gate_all"] for f in fig))
+
+    def stat(key, way):
+        m = mean_ci([f[way][key] for f in fig])
+        return f"{m.mean:.4f}", f"{m.half:.4f}"
+    line = f"RESULT fresh_seeds={seeds} gate_split_disjoint={str(disjoint).lower()} selected_on=gate best={best}"
+    r = mean_ci([p["router_accuracy"] for p in per_seed])
+    line += f" router_accuracy={r.mean:.4f} router_accuracy_ci={r.half:.4f}"
+    for key in ("old_wer_rise", "new_wer_cut", "gap_closed"):
+        if all(key in f[best] for f in fig):
+            m, h = stat(key, best)
+            line += f" {key}={m} {key}_ci={h}"
+    line += f" replay_fraction={per_seed[0]['replay_fraction'] if best in REPLAYS else 0.0:.4f}"
+    if all("adapters_routed" in f for f in fig):
+        for key in ("old_wer_rise", "new_wer_cut"):
+            m, h = stat(key, "adapters_routed")
+            line += f" {key}_routed={m} {key}_routed_ci={h}"
+    caught = sum(p["caught"][0] for p in per_seed), sum(p["caught"][1] for p in per_seed)
+    rej = sum(p["rejections"][0] for p in per_seed), sum(p["rejections"][1] for p in per_seed)
+    return line + f" bad_labels_caught={caught[0]}/{caught[1]} gate_rejections_correct={rej[0]}/{rej[1]}"
+
+
+def strategy_table(per_seed: list[dict]) -> str:
+    """Every way of serving: mean [95% interval] over the seeds, report halves."""
+    fig = [r["final"] for r in per_seed]
+    lines = ["| way of serving | WER all voices (gate half) | WER all voices | original voices' WER rise | "
+             "new voices' WER cut | gap closed |", "|---|---|---|---|---|---|"]
+    for way in fig[0]:
+        cells = []
+        for key in ("gate_all", "all", "old_wer_rise", "new_wer_cut", "gap_closed"):
+            m = mean_ci([f[way].get(key, float("nan")) for f in fig])
+            cells.append(f"{m.mean:.3f} [{m.low:.3f}, {m.high:.3f}]")
+        lines.append(f"| {way} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -83,10 +105,14 @@ def main(argv=None) -> int:
             print(f"round {rec['round']} ({rec['cohort']}): wrong transcripts {lab['wrong']}, caught by the check "
                   f"{lab['wrong_caught']}, correct ones flagged {lab['false_flags']}, formatting variants "
                   f"{lab['format']} (normalised {lab['format_normalised']}); drift alerts {len(drift['alerts'])}")
-        per_seed.append({k: summary_figures(results, k) for k in ("protected", "adapters")})
+        pr = summary_figures(results, "protected") or {"bad_caught": 0, "bad_total": 0}
+        per_seed.append({"final": final_figures(results), "router_accuracy": results["router_accuracy"],
+                         "replay_fraction": results["replay_fraction"], "rejections": rejections_correct(results),
+                         "caught": (pr["bad_caught"], pr["bad_total"])})
         disjoint = disjoint and results["gate_split_disjoint"]
-        print(f"seed {seed}: adapters {per_seed[-1]['adapters']}; protected {per_seed[-1]['protected']}")
+        print(f"seed {seed}: router accuracy {results['router_accuracy']:.3f}; final {per_seed[-1]['final']}")
     print(f"{len(per_seed)} seeds in {time.perf_counter() - t:.0f} s")
+    print(strategy_table(per_seed))
     print(result_line(per_seed, args.seeds, disjoint))
     return 0
 

@@ -1,5 +1,5 @@
 """The speech showcase end to end through the real CLI, on a tiny schedule: the dataset command,
-then a base version and one feedback round with all three strategies (registries, review queue,
+then a base version and one feedback round with every strategy (registries, review queue,
 results.json, the table)."""
 
 import json
@@ -40,7 +40,12 @@ def test_feedback_round_quick(cli, digits, tmp_path):
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     (rnd,) = res["rounds"]
     assert rnd["labels"]["wrong"] + rnd["labels"]["format"] > 0
-    assert set(rnd["strategies"]) == {"naive", "protected", "adapters"}
+    assert set(rnd["strategies"]) == {"naive", "replay", "protected", "average", "adapters"}
+    assert set(res["final"]) == {"naive", "replay", "protected", "average", "adapters_routed", "adapters_router",
+                                 "merged", "joint"}
+    assert 0 <= res["router_accuracy"] <= 1 and res["cap"] == 0.02
+    for f in res["rejections"]:  # each rejection's own figures: the reason it gives is in them
+        assert f["promote"] is False and set(f["before"]) == set(f["after"]) >= {"base", "recent"}
     assert json.loads((tmp_path / "out" / "review-round1.json").read_text()) is not None
     idx = json.loads((tmp_path / "out" / "registry-protected" / "index.json").read_text())
     assert len(idx["versions"]) == 2 and idx["versions"]["v0001"]["status"] == "promoted"

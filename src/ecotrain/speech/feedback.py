@@ -4,6 +4,10 @@ voices, each normalised, checked, trained with a strategy, gated, and promoted o
 Strategies (`STRATEGIES`):
 - `naive`: fine-tune the deployed model on the feedback as it comes (normalised only so it can be
   tokenised); always deployed, the gate's verdict is reported for contrast.
+- `replay`: label checks, then replay alone (the buffer mixed into the round's data), then the gate.
+- `average`: label checks, fine-tune the deployed model on the round's data, then average it with the
+  deployed one (methods/average.py, Vander Eeckt & Van hamme): the largest alpha in
+  `average_alphas` the gate accepts on its split (no data of the past kept at all).
 - `protected`: label checks, then replay (a cohort-balanced buffer of past utterances mixed into
   the round's data) + LwF (methods.lwf: distillation from the current version), then the gate;
   promoted or kept as a rejected candidate in the registry.
@@ -33,7 +37,7 @@ from ecotrain.speech.ctc import CTCTask
 from ecotrain.speech.dataset import SpeechData, SpeechSource, bundle
 from ecotrain.speech.labels import corrupt, decode, normalize_transcript
 
-STRATEGIES = ("naive", "protected", "adapters")
+STRATEGIES = ("naive", "replay", "protected", "average", "adapters")
 ADAPTER_TARGETS = ["conv.0", "conv.2", "proj", "head"]  # Conv1d and Linear: what PEFT's LoRA supports
 
 
@@ -55,7 +59,10 @@ class FeedbackSettings:
     lwf_alpha: float = 2.0
     lwf_temperature: float = 2.0
     adapter_rank: int = 8
-    tolerance: float = 0.02  # WER points the holdout may lose
+    tolerance: float = 0.02  # WER points the original voices may lose over all rounds (against the base)
+    cap: Optional[float] = None  # kappa: WER points any one old cohort may lose in a round (default: tolerance)
+    average_alphas: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
+    joint: bool = True  # also train once on everything (the upper bound `gap_closed` is measured against)
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
 
     @staticmethod
@@ -79,6 +86,10 @@ class FeedbackSettings:
         for k in ("base_steps", "update_steps", "check_steps", "replay_size"):
             if int(getattr(s, k)) < 1:
                 raise ConfigError(f"data.kwargs.feedback.{k}: must be at least 1")
+        if not s.average_alphas or any(not 0 < a <= 1 for a in s.average_alphas):
+            raise ConfigError(f"data.kwargs.feedback.average_alphas: a list of numbers in (0, 1] (got {s.average_alphas})")
+        if s.cap is not None and not 0 <= s.cap <= 1:
+            raise ConfigError(f"data.kwargs.feedback.cap: must be between 0 and 1 (got {s.cap})")
         return s
 
 
@@ -123,8 +134,11 @@ class Trainer:
         return r.model.eval(), run_dir
 
 
-def make_incoming(data: SpeechData, cohort: str, s: FeedbackSettings, seed: int) -> Incoming:
-    idx = data.select(cohort=cohort, split="train")
+def make_incoming(data: SpeechData, cohort: str, s: FeedbackSettings, seed: int, part: int = 0,
+                  parts: int = 1) -> Incoming:
+    """The feedback of one round: `part` of `parts` of the cohort's training utterances (a cohort that
+    comes back in a later round sends new utterances, every `parts`-th one), some transcripts wrong."""
+    idx = data.select(cohort=cohort, split="train")[part::parts]
     if not idx:
         raise ConfigError(f"data.kwargs.feedback.rounds: cohort '{cohort}' has no utterances in the data "
                           "(see the data spec's cohorts)")

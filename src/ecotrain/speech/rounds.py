@@ -70,10 +70,33 @@ def _commit(reg, weights, meta: dict, files: dict, promoted: bool, reason: str, 
     return reg.commit(weights, meta, files, [], settle)
 
 
+def _lerp(new, old, alpha: float):
+    """A copy of `new` with weights alpha * new + (1 - alpha) * old (methods/average.py)."""
+    import copy
+
+    from ecotrain.methods.average import average_weights
+
+    out = copy.deepcopy(new)
+    out.load_state_dict(average_weights(new.state_dict(), old.state_dict(), alpha, "speech average"))
+    return out.eval()
+
+
+class Served:
+    """What serves each strategy now: one model for everyone, or (adapters) the base plus one adapter
+    model per cohort, routed by the request's cohort or by the learned router."""
+
+    def __init__(self, model, path):
+        self.model, self.path = model, path
+
+    def wer(self, sources: dict) -> float:
+        return wer({}, self.model, sources)
+
+
 def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = True) -> dict:
     from ecotrain.continual.drift import drift_report
     from ecotrain.continual.gate import GatePolicy, decide
     from ecotrain.continual.registry import Registry
+    from ecotrain.continual.router import accuracy as route_accuracy
 
     out = Path(out)
     seed = cfg.seed
@@ -82,98 +105,155 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
         if c not in have:
             raise ConfigError(f"data.kwargs.feedback: cohort '{c}' is not in the data (cohorts: {', '.join(have)})")
     trainer = Trainer(cfg, out, quiet)
-    policy = GatePolicy(tolerance=s.tolerance)
-    cut = {c: gate_and_report(data.source(data.select(cohort=c, split="test"))) for c in [s.base_cohort, *s.rounds]}
-    holdout_gate, holdout = {s.base_cohort: cut[s.base_cohort][0]}, {s.base_cohort: cut[s.base_cohort][1]}
-    new_gate, new_test = ({c: cut[c][k] for c in s.rounds} for k in (0, 1))
+    cap = s.cap if s.cap is not None else s.tolerance
+    policy = GatePolicy(tolerance=s.tolerance, cap=cap)
+    cohorts = list(dict.fromkeys(s.rounds))
+    cut = {c: gate_and_report(data.source(data.select(cohort=c, split="test"))) for c in [s.base_cohort, *cohorts]}
+    gate_half, report_half = ({c: cut[c][k] for c in cut} for k in (0, 1))
+    holdout = {s.base_cohort: report_half[s.base_cohort]}
+    new_test = {c: report_half[c] for c in cohorts}
 
     base_idx = data.select(cohort=s.base_cohort, split="train")
     base_model, base_dir = trainer.fit("base", data.source(base_idx), s.base_steps)
     base_path = base_dir / "model.safetensors"
     regs = {k: Registry(out / f"registry-{k}") for k in s.strategies}
-    base_wer = {"old": wer({}, base_model, holdout), "new": wer({}, base_model, new_test)}
-    base_gate_old = wer({}, base_model, holdout_gate)  # the gate's own baseline, on its own half
+    base_wer = {"old": wer({}, base_model, holdout), "new": wer({}, base_model, new_test),
+                "all": wer({}, base_model, report_half)}
+    base_gate_old = wer({}, base_model, {s.base_cohort: gate_half[s.base_cohort]})  # the budget's baseline
     for reg in regs.values():
-        _commit(reg, _weights(base_model), {"parent": None, "cohort": s.base_cohort, "wer": base_wer}, {}, True,
-                "base version")
+        _commit(reg, _weights(base_model), {"parent": None, "wer": base_wer}, {}, True, "base version")
     log.info("base: WER original voices %.3f, new voices %.3f", base_wer["old"], base_wer["new"])
     rows = [{"round": 0, "strategy": "base", "old_wer": base_wer["old"], "new_wer": base_wer["new"],
              "promoted": True, "note": "trained on the original voices"}]
 
     replay = Replay(s.replay_size, seed)
     replay.add(data, base_idx, [data.rows[i]["transcript"].split() for i in base_idx])
-    current = {k: (base_model, base_path) for k in ("naive", "protected")}
-    adapters: dict = {}  # cohort -> adapted model (routing)
+    current = {k: Served(base_model, base_path) for k in ("naive", "replay", "protected", "average")}
+    adapters: dict = {}  # cohort -> its adapted model (routing)
+    adapter_dirs: dict = {}  # cohort -> the run folder of its promoted adapter
     router = SpeechRouter(seed=seed)  # picks the adapter from the audio when the request has no cohort
     router.add(data.source(base_idx), s.base_cohort)
     newest = None  # the newest promoted adapter model: the "no routing" row serves it to everyone
+    seen_clean: list[tuple[int, list[str]]] = []  # every kept feedback utterance: the joint run's data
+    rejections: list[dict] = []
     rounds = []
     for r, cohort in enumerate(s.rounds, 1):
-        inc = make_incoming(data, cohort, s, seed + r)
-        recent = {cohort: new_gate[cohort]}
-        cur_model, cur_path = current["protected"]
+        part, parts = s.rounds[:r - 1].count(cohort), s.rounds.count(cohort)
+        inc = make_incoming(data, cohort, s, seed + r, part, parts)
+        old = [s.base_cohort] + [c for c in dict.fromkeys(s.rounds[:r - 1]) if c != cohort]
         n_usable = sum(w is not None for w in inc.words)
         rep_n = round(n_usable * s.replay_ratio / (1 - s.replay_ratio))
+        cur_model, cur_path = current["protected"].model, current["protected"].path
         check = {"review": []}
-        if "protected" in s.strategies or "adapters" in s.strategies:
+        if {"replay", "protected", "average", "adapters"} & set(s.strategies):
             check = cross_fit_check(trainer, data, inc, cur_path, replay.sample(data, rep_n, seed + r), s, seed + r)
             write_json(out / f"review-round{r}.json", check["review"])
         labels = label_accounting(inc)
-        ref_p = checks.frame_posteriors(cur_model, holdout_gate[s.base_cohort])
+        ref_p = checks.frame_posteriors(cur_model, gate_half[s.base_cohort])
         new_p = checks.frame_posteriors(cur_model, data.source(inc.idx))
         drift = drift_report(ref_p, None, new_p, None, None)
         for line in drift["alerts"]:
             log.info("round %d (%s): %s", r, cohort, line)
         kept = inc.kept()
         clean = data.source([inc.idx[j] for j in kept], [inc.words[j] for j in kept])
+        seen_clean += [(inc.idx[j], inc.words[j]) for j in kept]
         usable = [j for j, w in enumerate(inc.words) if w is not None]
         rec = {"round": r, "cohort": cohort, "labels": labels, "drift": drift, "strategies": {}}
 
-        def gate(old_models, old_default, new_models, new_default):
-            # the holdout against the base version, not the current one: the tolerance is a budget for
-            # all rounds together, so small losses cannot add up round after round
-            before = {"holdout": 1 - base_gate_old, "recent": 1 - wer(old_models, old_default, recent)}
-            after = {"holdout": 1 - wer(new_models, new_default, holdout_gate),
-                     "recent": 1 - wer(new_models, new_default, recent)}
-            return decide(before, after, ["holdout"], "recent", policy)
+        def gate(name, before_wer, after_wer, recent_before=None, recent_after=None):
+            """Word accuracy (1 - WER) on the gate halves: the original voices against the base (a budget
+            for all rounds), each other old cohort capped per round, the round's cohort must improve
+            (read by `recent_*` when the feedback's own requests are served otherwise: their cohort)."""
+            before = {c: 1 - before_wer({c: gate_half[c]}) for c in old[1:]}
+            before.update({s.base_cohort: 1 - base_gate_old,
+                           "recent": 1 - (recent_before or before_wer)({cohort: gate_half[cohort]})})
+            after = {c: 1 - after_wer({c: gate_half[c]}) for c in old}
+            after["recent"] = 1 - (recent_after or after_wer)({cohort: gate_half[cohort]})
+            ok, reason = decide(before, after, old, "recent", policy)
+            fig = {"round": r, "strategy": name, "promote": ok, "reason": reason, "before": before, "after": after,
+                   "cap": cap}
+            if not ok:
+                rejections.append(fig)
+            return ok, reason, fig
+
+        def single(name, m, rd, parent):
+            """Gate, register and (if promoted) deploy a one-model version of strategy `name`."""
+            dep = current[name]
+            ok, reason, fig = gate(name, dep.wer, lambda src: wer({}, m, src))
+            _commit(regs[name], _weights(m), {"parent": str(parent), "feedback_from": cohort, "labels": labels,
+                                              "metrics": {"gate": fig}}, {}, ok, reason)
+            if ok:
+                current[name] = Served(m, rd / "model.safetensors" if rd is not None else None)
+            shown = current[name].model
+            caught = labels["wrong_caught"] if ok else labels["wrong"]  # a rejected round deploys none of them
+            rec["strategies"][name] = _row(r, name, wer({}, shown, holdout), wer({}, shown, new_test), ok, reason,
+                                           caught)
+            return ok
 
         if "naive" in s.strategies:
-            prev, prev_path = current["naive"]
+            prev = current["naive"]
             m, rd = trainer.fit(f"naive-r{r}", data.source([inc.idx[j] for j in usable],
-                                                          [inc.words[j] for j in usable]), s.update_steps, prev_path,
+                                                          [inc.words[j] for j in usable]), s.update_steps, prev.path,
                                 lr=s.update_lr)
-            ok, reason = gate({}, prev, {}, m)
-            _commit(regs["naive"], _weights(m), {"parent": str(prev_path), "cohort": cohort}, {}, True,
+            ok, reason, _ = gate("naive", prev.wer, lambda src: wer({}, m, src))
+            _commit(regs["naive"], _weights(m), {"parent": str(prev.path), "feedback_from": cohort}, {}, True,
                     f"deployed without a gate (the gate would say: {reason})")
-            current["naive"] = (m, rd / "model.safetensors")
+            current["naive"] = Served(m, rd / "model.safetensors")
+            rejections[:] = [f for f in rejections if f["strategy"] != "naive"]  # naive deploys regardless
             rec["strategies"]["naive"] = _row(r, "naive", wer({}, m, holdout), wer({}, m, new_test), ok, reason, 0)
 
+        mix = (lambda seed_: clean + replay.sample(data, round(len(clean) * s.replay_ratio / (1 - s.replay_ratio)),
+                                                   seed_))
+        if "replay" in s.strategies:
+            prev = current["replay"]
+            m, rd = trainer.fit(f"replay-r{r}", mix(seed + 200 + r), s.update_steps, prev.path, lr=s.update_lr)
+            single("replay", m, rd, prev.path)
+
         if "protected" in s.strategies:
-            lwf = {"name": "lwf", "teacher": str(cur_path), "alpha": s.lwf_alpha, "temperature": s.lwf_temperature}
-            train_src = clean + replay.sample(data, round(len(clean) * s.replay_ratio / (1 - s.replay_ratio)), seed + 100 + r)
-            m, rd = trainer.fit(f"protected-r{r}", train_src, s.update_steps, cur_path, [lwf], s.update_lr)
-            ok, reason = gate({}, cur_model, {}, m)
-            _commit(regs["protected"], _weights(m), {"parent": str(cur_path), "cohort": cohort, "labels": labels,
-                                                     "drift_alerts": drift["alerts"]}, {}, ok, reason)
-            caught = labels["wrong_caught"] if ok else labels["wrong"]  # a rejected round deploys none of them
-            if ok:
-                current["protected"] = (m, rd / "model.safetensors")
+            prev = current["protected"]
+            lwf = {"name": "lwf", "teacher": str(prev.path), "alpha": s.lwf_alpha, "temperature": s.lwf_temperature}
+            m, rd = trainer.fit(f"protected-r{r}", mix(seed + 100 + r), s.update_steps, prev.path, [lwf], s.update_lr)
+            if single("protected", m, rd, prev.path):
                 replay.add(data, [inc.idx[j] for j in kept], [inc.words[j] for j in kept])
-            shown = current["protected"][0]
-            rec["strategies"]["protected"] = _row(r, "protected", wer({}, shown, holdout), wer({}, shown, new_test),
-                                                  ok, reason, caught)
+
+        if "average" in s.strategies:
+            prev = current["average"]
+            ft, _ = trainer.fit(f"average-r{r}", clean, s.update_steps, prev.path, lr=s.update_lr)
+            # alpha chosen on the gate split: the largest (most of the new model) the gate accepts
+            for alpha in sorted(s.average_alphas, reverse=True):
+                m = _lerp(ft, prev.model, alpha)
+                ok, _, _ = gate("average-try", prev.wer, lambda src: wer({}, m, src))
+                rejections[:] = [f for f in rejections if f["strategy"] != "average-try"]
+                if ok:
+                    break
+            rd = out / "runs" / f"average-r{r}-alpha"
+            rd.mkdir(parents=True, exist_ok=True)
+            from ecotrain.finish import save_weights
+
+            save_weights(rd / "model.safetensors", m)
+            single("average", m, rd, prev.path)
+            rec["strategies"]["average"]["alpha"] = alpha
 
         if "adapters" in s.strategies:
             spec = {"name": "adapters", "target_modules": ADAPTER_TARGETS, "r": s.adapter_rank,
                     "alpha": 2.0 * s.adapter_rank}
-            m, rd = trainer.fit(f"adapter-{cohort}", clean, s.update_steps, base_path, [spec])  # new LoRA: the base LR
-            ok, reason = gate(adapters, base_model, {**adapters, cohort: m}, base_model)
+            if cohort in adapter_dirs:  # the cohort is back: its adapter goes on from where it was
+                spec["from"] = str(adapter_dirs[cohort] / "adapter")
+            m, rd = trainer.fit(f"adapter-{cohort}-r{r}", clean, s.update_steps, base_path, [spec])  # the base LR
+            trial = SpeechRouter(seed=seed)
+            trial.x, trial.y = list(router.x), list(router.y)
+            trial.add(clean, cohort)
+            # old voices with no cohort given (the router decides: where a new adapter can reach them); the
+            # round's cohort as its requests arrive, carrying their cohort
+            ok, reason, fig = gate("adapters", lambda src: wer_routed(router, adapters, base_model, src),
+                                   lambda src: wer_routed(trial, {**adapters, cohort: m}, base_model, src),
+                                   lambda src: wer(adapters, base_model, src),
+                                   lambda src: wer({**adapters, cohort: m}, base_model, src))
             files = {f"adapter/{f.name}": f for f in sorted((rd / "adapter").iterdir())}
-            _commit(regs["adapters"], None, {"parent": "v0001", "cohort": cohort, "weights": "adapter"}, files, ok,
-                    reason, make_current=False)
+            _commit(regs["adapters"], None, {"parent": "v0001", "cohort": cohort, "weights": "adapter",
+                                             "metrics": {"gate": fig}}, files, ok, reason, make_current=True)
             if ok:
-                adapters[cohort], newest = m, m
-                router.add(clean, cohort)
+                adapters[cohort], newest, router, adapter_dirs[cohort] = m, m, trial, rd
             row = _row(r, "adapters", wer(adapters, base_model, holdout), wer(adapters, base_model, new_test), ok,
                        reason, labels["wrong_caught"] if ok else labels["wrong"])
             merged = newest or base_model
@@ -186,8 +266,29 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
         rounds.append(rec)
         for k, v in rec["strategies"].items():
             log.info("round %d (%s) %s: old %.3f new %.3f; %s", r, cohort, k, v["old_wer"], v["new_wer"], v["note"])
+
+    # the final state of every way of serving, on both halves: the gate half chooses, the report half reports
+    final = {k: (lambda src, m=current[k].model: wer({}, m, src)) for k in current if k in s.strategies}
+    if "adapters" in s.strategies:
+        final["adapters_routed"] = lambda src: wer(adapters, base_model, src)
+        final["adapters_router"] = lambda src: wer_routed(router, adapters, base_model, src)
+        final["merged"] = lambda src, m=newest or base_model: wer({}, m, src)
+    if s.joint:  # the upper bound: one run from the base on every utterance kept, base voices included
+        items = [(i, data.rows[i]["transcript"].split()) for i in base_idx] + seen_clean
+        jm, _ = trainer.fit("joint", data.source([i for i, _ in items], [w for _, w in items]),
+                            s.update_steps * len(s.rounds), base_path, lr=s.update_lr)
+        final["joint"] = lambda src: wer({}, jm, src)
+    final_wer = {k: {"gate_all": f(gate_half), "all": f(report_half), "old": f(holdout), "new": f(new_test)}
+                 for k, f in final.items()}
+    truth, routes = [], []
+    for c, src in report_half.items():
+        want = c if c in adapters else s.base_cohort  # a cohort with no adapter is the base model's to read
+        truth += [want] * len(src)
+        routes += router.route(src)
     results = {"base": base_wer, "rows": rows, "rounds": rounds, "settings": s.__dict__, "seed": seed,
-               "gate_split_disjoint": _disjoint(cut)}
+               "gate_split_disjoint": _disjoint(cut), "final": final_wer, "rejections": rejections,
+               "router_accuracy": route_accuracy(routes, truth, s.base_cohort),
+               "replay_fraction": s.replay_size / len(base_idx), "cap": cap}
     write_json(out / "results.json", results)
     return results
 
@@ -235,4 +336,36 @@ def summary_figures(results: dict, strategy: str = "protected") -> dict:
     return out
 
 
-__all__ = ["run", "table", "summary_figures"]
+NO_COHORT = ("naive", "replay", "protected", "average", "adapters_router", "merged")  # serve without metadata
+REPLAYS = ("replay", "protected")  # the ways that keep utterances of the past
+
+
+def final_figures(results: dict) -> dict:
+    """Per way of serving after the last round: WER over every gate half (`gate_all`, what a choice may
+    read), and on the report halves the original voices' WER rise, the new voices' WER cut (share of
+    the base's) and the WER over all voices; `gap_closed` against fine-tuning (naive) and joint training."""
+    base, fin = results["base"], results["final"]
+    out = {}
+    for k, f in fin.items():
+        out[k] = {"gate_all": f["gate_all"], "all": f["all"], "old_wer_rise": f["old"] - base["old"],
+                  "new_wer_cut": (base["new"] - f["new"]) / base["new"] if base["new"] else 0.0}
+        if "naive" in fin and "joint" in fin:
+            gap = fin["naive"]["all"] - fin["joint"]["all"]
+            out[k]["gap_closed"] = (fin["naive"]["all"] - f["all"]) / gap if gap else float("nan")
+    return out
+
+
+def rejections_correct(results: dict) -> tuple[int, int]:
+    """(rejections whose own gate figures break a rule, rejections): re-read from the recorded figures,
+    every rejected version lost more than the cap on an old cohort (or the base budget) or did not improve."""
+    ok = 0
+    for f in results["rejections"]:
+        b, a = f["before"], f["after"]
+        old = [k for k in a if k != "recent"]
+        broke = any(b[k] - a[k] > f["cap"] + 1e-12 for k in old)
+        avg = sum(b[k] - a[k] for k in old) / len(old) > results["settings"]["tolerance"] + 1e-12
+        ok += broke or avg or a["recent"] - b["recent"] <= 1e-12
+    return ok, len(results["rejections"])
+
+
+__all__ = ["run", "table", "summary_figures", "final_figures", "rejections_correct"]
