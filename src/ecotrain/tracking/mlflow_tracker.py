@@ -39,6 +39,27 @@ def default_uri() -> str:
     return f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
 
 
+def experiment_id(client, uri: str, name: str) -> str:
+    """The id of experiment `name`, created if missing; with a sqlite store its artifacts live beside the
+    database (mlartifacts/<name>), not in whatever the working directory is later. Also used by the
+    registry on MLflow (continual/registry_mlflow.py)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        location = (db.parent / "mlartifacts" / safe).resolve().as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # another process created it meanwhile
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
 def _chunks(items: list, n: int):
     for i in range(0, len(items), n):
         yield items[i:i + n]
@@ -65,21 +86,7 @@ class MlflowTracker(Tracker):
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
 
     def _experiment(self, name: str) -> str:
-        exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        location = None
-        if self.uri.startswith("sqlite:///"):  # artifacts beside the database, not in whatever cwd is later
-            db = Path(self.uri.removeprefix("sqlite:///"))
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-            location = (db.parent / "mlartifacts" / safe).resolve().as_uri()
-        try:
-            return self.client.create_experiment(name, artifact_location=location)
-        except Exception:  # another run created it meanwhile
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                raise
-            return exp.experiment_id
+        return experiment_id(self.client, self.uri, name)
 
     # -- the run ---------------------------------------------------------------------------------
     def on_fit_start(self, state):
