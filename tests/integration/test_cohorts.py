@@ -122,3 +122,55 @@ def test_registry_flags_refused_in_one_line(world, capsys):
                             "--out", root / "x.csv")
     assert code != 0 and "--cohort: only with --registry" in err and len(err.strip().splitlines()) == 1
     assert not (root / "x.csv").exists()
+
+
+def test_update_average_alpha_chosen_on_the_gate(world, capsys):
+    """--average: the candidate averaged with the base, alphas tried from the largest down, the first
+    the gate takes registered; what is stored is the model the gate measured."""
+    from ecotrain.continual.gate import slice_metrics
+    from ecotrain.continual.update import load_version_model
+
+    root, _ = world
+    reg_dir = root / "registry-avg"
+    R = ["--registry", reg_dir]
+    assert ecotrain(capsys, "versions", "add", root / "base", *R)[0] == 0
+    code, out, err = ecotrain(capsys, "update", "current", root / "cohort.npz", "--average", "1,0.5,0.25", *R,
+                              "methods=[]", *TRAIN)
+    assert code in (0, 1), err
+    reg = Registry(reg_dir)
+    gate = reg.read_meta("v0002")["metrics"]["gate"]
+    tried = gate["average"]["tried"]
+    assert [t["alpha"] for t in tried] == [1.0, 0.5, 0.25][:len(tried)]  # largest first, to the first taken
+    assert [t["promote"] for t in tried][:-1] == [False] * (len(tried) - 1)
+    assert tried[-1]["alpha"] == gate["average"]["alpha"] and tried[-1]["promote"] is gate["promote"] is (code == 0)
+    slices = [reg.get_slice(sid) for sid in reg.read_meta("v0002")["slices"]]
+    stored = slice_metrics(load_version_model(reg, "v0002"), slices)["tasks"]
+    assert stored == tried[-1]["tasks"]  # the stored weights are the averaged model the gate measured
+    plain = reg.read_meta("v0002")["metrics"]["tasks"]
+    assert plain == stored
+    code, _, err = ecotrain(capsys, "update", "current", root / "cohort.npz", "--average", "2", *R)
+    assert code != 0 and "--average" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cohort_versions_on_the_mlflow_registry(world, capsys, tmp_path, monkeypatch):
+    """The same commands against MLflow's Model Registry (one registry: the index lives there)."""
+    from mlflow import MlflowClient
+
+    root, n = world
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path / "cache"))
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    R = ["--registry", f"mlflow:{uri}#speech"]
+    assert ecotrain(capsys, "versions", "add", root / "base", *R)[0] == 0
+    code, out, err = ecotrain(capsys, "update", "current", root / "cohort.npz", "--cohort", "7", *R, ADAPTERS, *TRAIN)
+    assert code == 0 and "v0002: promoted" in out, out + err
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert str(client.get_model_version_by_alias("speech", "champion").version) == "1"  # the base stays current
+    tags = client.get_model_version("speech", "2").tags
+    assert tags["ecotrain.cohort"] == "7" and tags["ecotrain.status"] == "promoted"
+    assert any(k.startswith("gate.") for k in tags)  # the gate's figures, visible in MLflow
+    code, _, err = ecotrain(capsys, "predict", "current", *R, "--data", root / "requests.npz", "--out",
+                            tmp_path / "p.csv")
+    assert code == 0, err
+    assert [r["version"] for r in _rows(tmp_path / "p.csv")] == ["v0001"] * n + ["v0002"] * n
+    code, out, _ = ecotrain(capsys, "rollback", *R, "--cohort", "7")
+    assert code == 0 and "served by the base" in out

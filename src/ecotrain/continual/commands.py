@@ -7,7 +7,7 @@ import json
 
 from ecotrain.errors import ConfigError
 
-REGISTRY_HELP = "the registry folder (default ./registry)"
+REGISTRY_HELP = "the registry: a folder (default ./registry), or mlflow:TRACKING_URI[#MODEL] (MLflow's Model Registry)"
 
 
 def add_commands(sub) -> dict:
@@ -23,6 +23,9 @@ def add_commands(sub) -> dict:
     u.add_argument("--min-gain", type=float, default=0.0, help="the recent slice must improve by more (default 0)")
     u.add_argument("--cap", type=float, help="kappa: largest drop allowed on any one holdout slice on its own "
                    "(default: none, the average's --tolerance only)")
+    u.add_argument("--average", metavar="ALPHAS", help="weight averaging: the trained model averaged with the base, "
+                   "alpha * new + (1 - alpha) * base, the largest of these comma-separated alphas the gate accepts "
+                   "(e.g. 1,0.75,0.5,0.25)")
     u.add_argument("--cohort", help="train this cohort's own version (e.g. adapters): served to requests of the "
                    "cohort and to those the router sends it; gated as predict serves it")
     u.add_argument("--label-map", help="JSON/YAML file mapping raw labels (strings, aliases) to class ids")
@@ -74,6 +77,12 @@ def cmd_update(args) -> int:
 
     if args.cap is not None:
         _fraction(args.cap, "--cap")
+    average = ()
+    if args.average:
+        try:
+            average = tuple(_fraction(float(a), "--average") for a in args.average.split(","))
+        except ValueError:
+            raise ConfigError(f"--average {args.average}: give alphas in [0, 1], comma-separated (1,0.5,0.25)") from None
     for flag in ("tolerance", "min_gain", "contradiction_threshold", "drift_label_shift", "drift_confidence_shift",
                  "drift_ece", "drift_cohort_error"):
         _fraction(getattr(args, flag), "--" + flag.replace("_", "-"))
@@ -81,7 +90,8 @@ def cmd_update(args) -> int:
                          DriftThresholds(args.drift_label_shift, args.drift_confidence_shift, args.drift_ece,
                                          args.drift_cohort_error),
                          args.label_map, args.contradiction_threshold, args.drop_contradicted, args.slice_name,
-                         args.recipe, quiet=not args.progress, cohort=args.cohort)
+                         args.recipe, quiet=not args.progress, cohort=args.cohort,
+                         average=average)
     out = update(args.registry, args.base, args.data, args.overrides, opts, cli._PREEMPTION)
     m = out.meta["metrics"]
     print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
@@ -93,9 +103,10 @@ def cmd_update(args) -> int:
 
 
 def cmd_versions(args) -> int:
-    from ecotrain.continual.registry import Registry, format_table
+    from ecotrain.continual.registry import format_table
+    from ecotrain.continual.registry_mlflow import open_registry
 
-    reg = Registry(args.registry)
+    reg = open_registry(args.registry)
     if args.action == "add":
         if not args.target:
             raise ConfigError("versions add: give the run folder, e.g. `ecotrain versions add runs/base`")
@@ -116,16 +127,18 @@ def cmd_versions(args) -> int:
 
 
 def cmd_promote(args) -> int:
-    from ecotrain.continual.registry import Registry, promote
+    from ecotrain.continual.registry import promote
+    from ecotrain.continual.registry_mlflow import open_registry
 
-    print(promote(Registry(args.registry), args.version))
+    print(promote(open_registry(args.registry), args.version))
     return 0
 
 
 def cmd_rollback(args) -> int:
-    from ecotrain.continual.registry import Registry, rollback
+    from ecotrain.continual.registry import rollback
+    from ecotrain.continual.registry_mlflow import open_registry
 
-    print(rollback(Registry(args.registry), args.cohort))
+    print(rollback(open_registry(args.registry), args.cohort))
     return 0
 
 

@@ -78,6 +78,11 @@ class Registry:
         self.data_dir = self.root / "data"
         self.index_path = self.root / "index.json"
 
+    @property
+    def where(self) -> str:
+        """How messages name the registry: its folder (an MLflow registry names its URI)."""
+        return str(self.root)
+
     # -- the lock ----------------------------------------------------------------------------------
     def locked(self, timeout: float = LOCK_TIMEOUT):
         """Exclusive access for one writer (lock.py); another process waits up to `timeout` s."""
@@ -87,7 +92,7 @@ class Registry:
     def index(self) -> dict:
         if not self.index_path.is_file():
             if self.root.exists() and not self.root.is_dir():
-                raise ConfigError(f"--registry {self.root}: is a file, not a registry folder")
+                raise ConfigError(f"--registry {self.where}: is a file, not a registry folder")
             return {"format": INDEX_FORMAT, "current": None, "cohorts": {}, "versions": {}, "history": []}
         try:
             idx = json.loads(self.index_path.read_text())
@@ -101,8 +106,8 @@ class Registry:
     def existing_index(self) -> dict:
         """The index of a registry that must already exist (resolving, promoting, rolling back)."""
         if not self.index_path.is_file():
-            raise ConfigError(f"{self.root}: no registry here (no index.json); register a finished run first: "
-                              f"`ecotrain versions add RUN --registry {self.root}`")
+            raise ConfigError(f"{self.where}: no registry here (no index.json); register a finished run first: "
+                              f"`ecotrain versions add RUN --registry {self.where}`")
         return self.index()
 
     def write_index(self, idx: dict) -> None:
@@ -120,12 +125,12 @@ class Registry:
         idx = self.existing_index()
         if name == "current":
             if not idx["current"]:
-                raise ConfigError(f"{self.root}: no current version; register one with "
-                                  f"`ecotrain versions add RUN --registry {self.root}`")
+                raise ConfigError(f"{self.where}: no current version; register one with "
+                                  f"`ecotrain versions add RUN --registry {self.where}`")
             return idx["current"]
         if name not in idx["versions"]:
             known = ", ".join(sorted(idx["versions"])) or "none"
-            raise ConfigError(f"{self.root}: no version {name} (versions: {known})")
+            raise ConfigError(f"{self.where}: no version {name} (versions: {known})")
         return name
 
     def next_name(self, idx: dict) -> str:
@@ -217,7 +222,7 @@ class Registry:
 
     def get_slice(self, sid: str) -> Slice:
         if not SLICE_RE.fullmatch(sid) or sid.startswith("."):
-            raise CheckpointError(f"{self.root}: slice id '{sid}' in a version's meta.json is not valid")
+            raise CheckpointError(f"{self.where}: slice id '{sid}' in a version's meta.json is not valid")
         tensors, meta = read_checkpoint(self.data_dir / sid)
         s = Slice(meta["name"], tensors["x"], tensors["y"], tensors.get("cohort"))
         if f"{s.name}-{s.digest()}" != sid:
@@ -249,13 +254,13 @@ def rollback(reg: Registry, cohort: Optional[str] = None) -> str:
         cur = idx["current"] if cohort is None else idx["cohorts"].get(cohort)
         what = "current" if cohort is None else f"cohort {cohort}"
         if cur is None:
-            raise ConfigError(f"{reg.root}: no version serves {what}, so nothing to roll back"
+            raise ConfigError(f"{reg.where}: no version serves {what}, so nothing to roll back"
                               + (f" (cohorts: {', '.join(sorted(idx['cohorts'])) or 'none'})" if cohort else ""))
         target = next((h["current"] for h in reversed(idx["history"]) if h.get("cohort") == cohort
                        and h["current"] != cur and idx["versions"].get(h["current"], {}).get("status") == "promoted"),
                       None)
         if target is None and cohort is None:
-            raise ConfigError(f"{reg.root}: {cur} is the only version ever promoted; nothing to roll back to")
+            raise ConfigError(f"{reg.where}: {cur} is the only version ever promoted; nothing to roll back to")
         if target is not None:
             reg.read_meta(target)  # verified before it serves
         reg.set_status(idx, cur, "rolled_back", f"rolled back to {target or 'the base'}")

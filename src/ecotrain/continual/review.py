@@ -19,7 +19,8 @@ import torch
 
 from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.labels import load_label_map, normalise, review_rows
-from ecotrain.continual.registry import VERSION_RE, Registry
+from ecotrain.continual.registry import VERSION_RE
+from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.rundir import atomic_write
 
@@ -29,7 +30,7 @@ def _model(target: str, registry: str):
     if not Path(target).exists() and (target == "current" or VERSION_RE.fullmatch(target)):
         from ecotrain.continual.update import load_version_model
 
-        reg = Registry(registry)
+        reg = open_registry(registry)
         name = reg.resolve(target)
         meta = reg.read_meta(name)
         return load_version_model(reg, name), tuple(meta["input_shape"]), meta["num_classes"]

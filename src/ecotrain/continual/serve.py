@@ -153,9 +153,9 @@ def read_requests(path: Path, meta: dict, cohort: Optional[str]):
 
 
 def _serve(registry, version: str, data: str, cohort: Optional[str]):
-    from ecotrain.continual.registry import Registry
+    from ecotrain.continual.registry_mlflow import open_registry
 
-    reg = Registry(registry)
+    reg = open_registry(registry)
     dep = Deployment.load(reg, version)
     x, y, given = read_requests(Path(data), reg.read_meta(dep.base), cohort)
     routes = dep.routes(x, given)

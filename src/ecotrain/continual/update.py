@@ -32,6 +32,7 @@ from ecotrain.continual.drift import DriftThresholds, drift_report
 from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
 from ecotrain.continual.labels import contradicted, contradictions, load_label_map, normalise
 from ecotrain.continual.registry import Registry, Slice, file_hash
+from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.log import log
 
@@ -51,6 +52,7 @@ class UpdateOptions:
     recipe: Optional[str] = None
     quiet: bool = True
     cohort: Optional[str] = None  # a cohort's own version (serve.py): served to that cohort, gated as served
+    average: tuple[float, ...] = ()  # alphas: the candidate averaged with the base, the largest the gate takes
 
 
 @dataclass
@@ -208,7 +210,7 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     from ecotrain.finish import save_weights
     from ecotrain.trainer import fit
 
-    reg = Registry(registry)
+    reg = open_registry(registry)
     base = reg.resolve(base)
     base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
     if base_meta.get("cohort") is not None:
@@ -228,6 +230,9 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     init_file, train_npz = work / "base.safetensors", work / "train.npz"
     # checked now, before any model runs: a typo in the overrides is one line, at once
     cfg = training_config(base_meta, reg.path(base), init_file, train_npz, overrides, opts.recipe)
+    if opts.average and any(m.name == "adapters" for m in cfg.methods):
+        raise ConfigError("--average: an adapter version holds only the adapter; weight averaging needs full "
+                          "weights (drop --average, or train without adapters)")
 
     base_model = load_version_model(reg, base)
     probs = predict_proba(base_model, x)
@@ -264,13 +269,39 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
             raise EcotrainError("update: training diverged (non-finite loss); nothing was registered; try a lower "
                                 "optim.lr")
         run_dir = result.run_dir
-        cand = result.model.eval()
+        cand, averaged = result.model.eval(), None
+        if opts.average:
+            cand, averaged = choose_average(base_model, cand, holdout, recent, opts)
         outcome = _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts,
                                      {"incoming": file_hash(data), "train": file_hash(train_npz),
-                                      "incoming_file": str(data)}, drift, label_report, y, result.summary, x)
+                                      "incoming_file": str(data)}, drift, label_report, y, result.summary, x,
+                                     averaged)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return outcome
+
+
+def choose_average(base_model, cand, holdout: list[Slice], recent: Slice, opts: UpdateOptions):
+    """Weight averaging (methods/average.py) with alpha chosen on the gate's slices: the candidate
+    averaged with the base, alphas tried from the largest (most of the new model) down; the first the
+    gate takes wins, else the smallest is what the gate will reject. Returns (model, record)."""
+    from ecotrain.methods.average import averaged_model
+
+    if opts.cohort is not None:
+        raise ConfigError("--average with --cohort: a cohort's version is gated as served; average without "
+                          "--cohort, or train the cohort's version plain")
+    slices = [*holdout, recent]
+    before = slice_metrics(base_model, slices)["tasks"]
+    tried = []  # in the order tried (a list: meta.json's keys are sorted)
+    for alpha in sorted(set(opts.average), reverse=True):
+        m = averaged_model(cand, base_model, alpha, "--average")
+        after = slice_metrics(m, slices)["tasks"]
+        ok, _ = decide(before, after, [s.name for s in holdout], recent.name, opts.policy)
+        tried.append({"alpha": alpha, "promote": ok, "tasks": after})
+        if ok:
+            break
+    log.info(f"average: alpha {alpha} chosen on the gate's slices (tried: {tried})")
+    return m, {"alpha": alpha, "tried": tried}
 
 
 def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
@@ -286,7 +317,7 @@ def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
 
 
 def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
-                       drift, label_report, y_train, summary, x_train=None) -> Outcome:
+                       drift, label_report, y_train, summary, x_train=None, averaged=None) -> Outcome:
     from ecotrain.checkpoint.format import load_state_dict_file
     from ecotrain.continual.serve import ROUTER_FILE, Deployment, write_router_sample
 
@@ -306,6 +337,8 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
                "base": base_m, "gate": {"promote": ok, "reason": reason, "tolerance": opts.policy.tolerance,
                                         "min_gain": opts.policy.min_gain, "cap": opts.policy.cap,
                                         "before": base_m["tasks"], "after": cand_m["tasks"]}}
+    if averaged is not None:
+        metrics["gate"]["average"] = averaged
     adapter = run_dir / "adapter"
     weights_kind = "adapter" if (adapter / "adapter_model.safetensors").is_file() else "full"
     files = {}
@@ -316,6 +349,8 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
     if weights_kind == "adapter":
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
     weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
+    if averaged is not None:  # what the gate measured: the averaged model, not the run's own weights
+        weights = {k: v.detach().cpu().clone() for k, v in cand.state_dict().items()}
     seen = sorted(set(base_meta["classes_seen"]) | set(int(v) for v in torch.unique(y_train)))
     meta = {"format": "ecotrain-version/1", "parent": base, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "config": cfg.to_dict(), "input_shape": base_meta["input_shape"], "num_classes": base_meta["num_classes"],
@@ -347,7 +382,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     `current`; later ones are candidates until promoted."""
     from ecotrain.inference import load_trained
 
-    reg = Registry(registry)
+    reg = open_registry(registry)
     run = Path(run)
     trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
     if trained.prefix or not (run / "model.safetensors").is_file():

@@ -29,6 +29,7 @@ import logging
 from typing import Mapping, Optional
 
 import torch
+from torch import nn
 
 from ecotrain.assemble import evaluate_split
 from ecotrain.checkpoint.format import load_state_dict_file
@@ -141,3 +142,13 @@ class Average(Method):
                                   "another `with:`); resume with the methods it was saved with")
         else:
             self.previous = dict(sd["previous"])
+
+
+def averaged_model(new: nn.Module, old: nn.Module, alpha: float, where: str = "average") -> nn.Module:
+    """A copy of `new` (in eval mode) holding alpha * new + (1 - alpha) * old: one candidate of an
+    alpha chosen outside a run (the registry's update and the speech rounds pick it on their gate split)."""
+    import copy
+
+    out = copy.deepcopy(new)
+    out.load_state_dict(average_weights(new.state_dict(), old.state_dict(), alpha, where))
+    return out.eval()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
+from ecotrain.methods.average import averaged_model
 from ecotrain.rundir import write_json
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import transcribe, word_error_rate
@@ -68,17 +69,6 @@ def _commit(reg, weights, meta: dict, files: dict, promoted: bool, reason: str, 
         else:
             reg.set_status(idx, name, "promoted" if promoted else "rejected", reason)
     return reg.commit(weights, meta, files, [], settle)
-
-
-def _lerp(new, old, alpha: float):
-    """A copy of `new` with weights alpha * new + (1 - alpha) * old (methods/average.py)."""
-    import copy
-
-    from ecotrain.methods.average import average_weights
-
-    out = copy.deepcopy(new)
-    out.load_state_dict(average_weights(new.state_dict(), old.state_dict(), alpha, "speech average"))
-    return out.eval()
 
 
 class Served:
@@ -221,7 +211,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
             ft, _ = trainer.fit(f"average-r{r}", clean, s.update_steps, prev.path, lr=s.update_lr)
             # alpha chosen on the gate split: the largest (most of the new model) the gate accepts
             for alpha in sorted(s.average_alphas, reverse=True):
-                m = _lerp(ft, prev.model, alpha)
+                m = averaged_model(ft, prev.model, alpha, "speech average")
                 ok, _, _ = gate("average-try", prev.wer, lambda src: wer({}, m, src))
                 rejections[:] = [f for f in rejections if f["strategy"] != "average-try"]
                 if ok:
