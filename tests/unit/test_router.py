@@ -78,3 +78,28 @@ def test_pooled_features_read_the_last_linear_input_and_restore_mode():
     assert torch.allclose(pooled_features(m, xs), m.rnn(xs).mean(1).detach(), atol=1e-6)
     with pytest.raises(ConfigError, match="no nn.Linear"):
         pooled_features(nn.Sequential(nn.ReLU()), x)
+
+
+def test_speech_encoder_features_per_utterance():
+    from ecotrain.speech.model import AcousticModel
+    from ecotrain.speech.router import SpeechRouter, encoder_features
+
+    class Src:
+        def __init__(self, segs):
+            self.segs = segs
+
+        def __len__(self):
+            return len(self.segs)
+    torch.manual_seed(0)
+    model = AcousticModel(channels=16, hidden=8).train()
+    a, b = torch.randn(30, 40), torch.randn(55, 40) + 2.0
+    f = encoder_features(model, Src([a, b]))
+    assert f.shape == (2, 32) and model.training  # mean and spread of the head's 16 inputs; mode restored
+    assert np.allclose(encoder_features(model, Src([b]))[0], f[1], atol=1e-6)  # no padding from a's length
+    r = SpeechRouter(model, seed=0)
+    r.add(Src([torch.randn(40, 40) for _ in range(20)]), "base")
+    assert r.route(Src([a])) == [None]  # one cohort: nothing to tell apart
+    r.add(Src([torch.randn(40, 40) * 3 + 4 for _ in range(20)]), "loud")
+    assert r.route(Src([torch.randn(40, 40) * 3 + 4])) == ["loud"]
+    trial = r.copy()
+    assert trial.route(Src([torch.randn(40, 40) * 3 + 4])) == ["loud"] and trial.y == r.y and trial.y is not r.y

@@ -121,7 +121,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
     current = {k: Served(base_model, base_path) for k in ("naive", "replay", "protected", "average")}
     adapters: dict = {}  # cohort -> its adapted model (routing)
     adapter_dirs: dict = {}  # cohort -> the run folder of its promoted adapter
-    router = SpeechRouter(seed=seed)  # picks the adapter from the audio when the request has no cohort
+    router = SpeechRouter(base_model, seed=seed)  # picks the adapter when the request has no cohort
     router.add(data.source(base_idx), s.base_cohort)
     newest = None  # the newest promoted adapter model: the "no routing" row serves it to everyone
     seen_clean: list[tuple[int, list[str]]] = []  # every kept feedback utterance: the joint run's data
@@ -230,8 +230,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
             if cohort in adapter_dirs:  # the cohort is back: its adapter goes on from where it was
                 spec["from"] = str(adapter_dirs[cohort] / "adapter")
             m, rd = trainer.fit(f"adapter-{cohort}-r{r}", clean, s.update_steps, base_path, [spec])  # the base LR
-            trial = SpeechRouter(seed=seed)
-            trial.x, trial.y = list(router.x), list(router.y)
+            trial = router.copy()
             trial.add(clean, cohort)
             # old voices with no cohort given (the router decides: where a new adapter can reach them); the
             # round's cohort as its requests arrive, carrying their cohort
