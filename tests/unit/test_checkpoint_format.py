@@ -67,6 +67,8 @@ def test_flatten_keep_stores_the_tensor_objects_themselves():
     tensors = {}
     flatten({"x": a, 1: b, "t": (c,), "l": [d]}, tensors, keep=True)
     assert tensors["x"] is a and tensors["1"] is b and tensors["t/0"] is c and tensors["l/0"] is d
+    flatten({"s": {"a": a}}, tensors, keep=True)
+    assert tensors["s/a"] is a
 
 
 def test_flatten_names_what_it_cannot_store():

@@ -15,6 +15,7 @@ from ecotrain.checkpoint.manager import checkpoint_dir, stale_temporaries
 from ecotrain.distributed import Dist
 from ecotrain.errors import CheckpointError
 
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 DEAD_PID = 999_999_999  # above any pid_max: no such process
 
 
@@ -41,7 +42,7 @@ def test_only_step_folders_count_newest_first_by_number(tmp_path):
     d = checkpoint_dir(tmp_path)
     assert d == tmp_path / "checkpoints"
     for name in ("step-9", "step-00000010", "step-5", "step-1x", "step-x5", "step-", "zzzzz12", "Step-7",
-                 "step-\u0661\u0662", ".tmp-step-00000011-123"):
+                 "step-\u0661\u0662", "step-\u0667", ".tmp-step-00000011-123"):
         (d / name).mkdir(parents=True)
     (d / "step-00000099").write_text("a file, not a folder")
     assert _names(tmp_path) == ["step-00000010", "step-9", "step-5"]
@@ -117,14 +118,15 @@ def test_a_file_in_the_way_of_the_checkpoints_folder(tmp_path):
 
 
 @pytest.fixture
-def live_pid():
+def live():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield p.pid
+    yield p
     p.kill()
     p.wait()
 
 
-def test_stale_temporaries_are_those_of_dead_processes(tmp_path, live_pid):
+def test_stale_temporaries_are_those_of_dead_processes(tmp_path, live):
+    live_pid = live.pid
     d = tmp_path / "checkpoints"
     names = {"dead": f".tmp-step-00000003-{DEAD_PID}", "mine": f".tmp-step-00000004-{os.getpid()}",
              "live": f".tmp-step-00000005-{live_pid}", "odd": ".tmp-step-00000006-abc",
@@ -132,6 +134,8 @@ def test_stale_temporaries_are_those_of_dead_processes(tmp_path, live_pid):
     for n in names.values():
         (d / n).mkdir(parents=True)
     assert stale_temporaries(d) == [d / names["dead"]]
+    with pytest.raises(subprocess.TimeoutExpired):  # asking whether a process lives sends it no signal
+        live.wait(timeout=0.3)
     m = CheckpointManager(tmp_path)
     _save(m, 1)
     left = sorted(p.name for p in d.iterdir() if p.name.startswith("."))
@@ -143,6 +147,9 @@ def test_stale_temporaries_are_those_of_dead_processes(tmp_path, live_pid):
 
 
 def test_a_sharded_save_through_the_manager(tmp_path):
+    leftover = tmp_path / "checkpoints" / ".tmp-step-00000001-sharded" / "shards"
+    leftover.mkdir(parents=True)  # a killed sharded save's folder: replaced
+    (leftover / "junk").write_text("x")
     model = torch.nn.Linear(3, 2)
     shards = {"model/weight": model.weight.detach().clone(), "model/bias": model.bias.detach().clone()}
     skeleton = {"model": {"weight": {"__tensor__": "model/weight"}, "bias": {"__tensor__": "model/bias"}}}
@@ -152,6 +159,7 @@ def test_a_sharded_save_through_the_manager(tmp_path):
     assert folder == tmp_path / "checkpoints" / "step-00000001" and m.best == folder
     tensors, meta = read_checkpoint(folder)
     assert torch.equal(tensors["rng"], torch.arange(3)) and meta["sharded"] == skeleton
+    assert not (folder / "shards" / "junk").exists() and not leftover.parent.exists()
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     assert any(n.startswith("shards/") and n.endswith(".safetensors") for n in manifest["files"])
     m.save(2, {"rng": torch.arange(3)}, {**rest, "position": {"step": 2}}, shards=shards, dist=Dist())

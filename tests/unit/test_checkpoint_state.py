@@ -252,6 +252,18 @@ def test_callbacks_and_methods_without_saved_state(tiny_cfg, tmp_path, ecotrain_
     meta["methods"] = {}
     with pytest.raises(CheckpointError, match=rf"^{folder}: the checkpoint holds no state for method 'counting'"):
         restore(_state(tiny_cfg), CallbackList([]), _augment(), tensors, dict(meta), folder)
+    del meta["methods"]  # a checkpoint from before methods were saved
+    with pytest.raises(CheckpointError, match=r"holds no state for method 'counting' \(saved methods: none\)"):
+        restore(_state(tiny_cfg), CallbackList([]), _augment(), tensors, dict(meta), folder)
+
+
+def test_restoring_into_another_model_names_the_checkpoint(tiny_cfg, tmp_path):
+    st = _filled(tiny_cfg)
+    folder, tensors, meta = _roundtrip(tmp_path, st, CallbackList([]), _augment())
+    other = _state(tiny_cfg)
+    other.model = torch.nn.Linear(3, 5)
+    with pytest.raises(CheckpointError, match=rf"^{folder}: weights are for a different model: shape mismatch"):
+        restore(other, CallbackList([]), _augment(), tensors, meta, folder)
 
 
 def test_load_model_weights_names_the_first_five_differences(tmp_path):
