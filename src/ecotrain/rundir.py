@@ -124,20 +124,16 @@ class RunFolder:
     def _claim(self) -> None:
         """One writer per run folder: a second `fit`/`resume` on it while the first runs is refused
         (two processes appending to one metrics.jsonl and pruning each other's checkpoints lose work)."""
-        import fcntl
+        from ecotrain.filelock import holder, open_lock, try_lock
 
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        fd = open_lock(self.path / LOCK, "run folder")
+        if not try_lock(fd):
+            pid = holder(fd)
             os.close(fd)
             self.existed = True  # the other process's folder: never removed by this start's discard()
-            raise ConfigError(f"{self.path}: another ecotrain process (pid {holder}) is writing this run folder; "
-                              "wait for it to end, or choose another --run-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+            raise ConfigError(f"{self.path}: another ecotrain process (pid {pid}) is writing this run folder; "
+                              "wait for it to end, or choose another --run-dir")
         self._lock_fd = fd
         found = holds_run(self.path) if self.fresh else []
         if found:  # another process made a run here after plan() looked

@@ -143,6 +143,24 @@ def symlink(name: str, target: str) -> Callable[[Path], None]:
     return setup
 
 
+def relink(name: str, target: str) -> Callable[[Path], None]:
+    """tmp/name made a link to target, whatever was there before."""
+    def setup(tmp: Path) -> None:
+        p = tmp / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+        os.symlink(target, p)
+    return setup
+
+
+def unlink(name: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / name).unlink()
+    return setup
+
+
 def move(src: str, dst: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         (tmp / dst).parent.mkdir(parents=True, exist_ok=True)
@@ -160,4 +178,15 @@ CASES += [
     Case("run_dir_dangling_symlink", [*FIT, "--run-dir", "{tmp}/link", "--quiet"], 2, ["link"],
          symlink("link", "gone")),
     Case("run_dir_inside_a_file", [*FIT, "--run-dir", "{tmp}/tiny.yaml/run"], 2, ["tiny.yaml"]),
+    # the lock files (filelock.py): never written through a link (as root: any file), never a folder
+    Case("run_lock_is_a_symlink_to_a_users_file", [*FIT, *RUN, "--resume", "auto"], 2,
+         ["run/.ecotrain.lock", "symbolic link", "precious.txt", "remove the link"],
+         both(trained_run(), write("precious.txt", "user data\n"), relink("run/.ecotrain.lock", "../precious.txt"))),
+    Case("run_lock_is_a_folder", [*FIT, *RUN, "--resume", "auto"], 2, [".ecotrain.lock", "is a folder"],
+         both(trained_run(), relink("run/.ecotrain.lock", "nothing"), unlink("run/.ecotrain.lock"),
+              write("run/.ecotrain.lock/x", "x"))),
+    Case("registry_lock_is_a_symlink", ["rollback", "--registry", "{tmp}/reg"], 2,
+         ["registry.lock", "symbolic link", "remove the link"],
+         both(registry(), write("precious.txt", "user data\n"), relink("reg/registry.lock", "../precious.txt")),
+         may_change=()),
 ]

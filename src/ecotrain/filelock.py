@@ -1,0 +1,54 @@
+"""One way to take a lock file (the run folder's `.ecotrain.lock`, the registry's `registry.lock`).
+
+The file is opened without following a symbolic link (`O_NOFOLLOW`) and without truncating it, and
+must be a regular file: a lock that is a link could make ecotrain write its pid into any file the
+user (or root) can write; one that is a folder or a device is refused in one line. Only after
+`flock` succeeds is the file emptied and the holder's pid written (so a waiter can name it). The
+kernel drops the lock when the holder exits or is killed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from pathlib import Path
+
+from ecotrain.errors import ConfigError
+
+
+def open_lock(path: Path, what: str) -> int:
+    """A descriptor of the lock file `path` (created if missing); one ConfigError line for anything that
+    is not a plain file ecotrain may write."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise ConfigError(f"{path}: the {what} lock is a symbolic link (to {os.readlink(path)}); ecotrain "
+                              "never writes through one: remove the link") from None
+        if exc.errno == errno.EISDIR or path.is_dir():
+            raise ConfigError(f"{path}: the {what} lock is a folder; remove it (ecotrain makes it as a file)") from None
+        raise ConfigError(f"{path}: cannot open the {what} lock ({exc.strerror or exc}); check the folder's "
+                          "permissions") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: the {what} lock is not a regular file; remove it (ecotrain makes it as a file)")
+    return fd
+
+
+def try_lock(fd: int) -> bool:
+    """Take the lock without waiting; True when taken (then the file holds this pid)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    os.ftruncate(fd, 0)  # ours now: a regular file opened without following links
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return True
+
+
+def holder(fd: int) -> str:
+    """The pid written by whoever holds the lock, or '?'."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
