@@ -8,8 +8,10 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
-from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError, EcotrainError
+from ecotrain.errors import (EXIT_DIVERGED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError, ConfigError,
+                             EcotrainError, os_error_line)
 
 
 class _Version(argparse.Action):
@@ -130,6 +132,10 @@ def cmd_fit(args) -> int:
 
         print(config_yaml(cfg.to_dict()), end="")
         return 0
+    from ecotrain import threads
+
+    # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
+    threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
     if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
         from ecotrain.sweep import fit_seeds
 
@@ -306,6 +312,7 @@ COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cm
 # worker with os._exit. An explicit record of what this process did, not an environment variable.
 _HARD_EXIT: list[int] = []
 _PREEMPTION = None  # the stop-signal handler main() installs first thing
+TRAINS = ("fit", "resume", "update")  # a stop signal finishes the step and checkpoints; the rest stop at once
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("ECOTRAIN_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]  # a flag of every command: the full traceback on the terminal
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     # overrides may follow options (`fit R --run-dir D key=v`), which argparse leaves over
@@ -335,6 +345,11 @@ def _main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *rest]
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command not in TRAINS and _PREEMPTION is not None:
+        _PREEMPTION.stop_at_once()  # nothing to checkpoint: Ctrl-C stops now, exit 130
+        if _PREEMPTION.requested:  # a signal during start-up
+            print("ecotrain: interrupted", file=sys.stderr)
+            return 130
     try:
         return COMMANDS[args.command](args)
     except EcotrainError as exc:
@@ -343,6 +358,53 @@ def _main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ecotrain: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file the command could not read or write, wherever it was met
+        return _failed(args, os_error_line(exc), EXIT_USAGE, debug)
+    except (Exception, SystemExit) as exc:  # the boundary: a bug, or the user's own code, failing mid-command
+        what = (f"user code called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                else f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300])
+        return _failed(args, f"{args.command} failed: {what}", EXIT_FAILURE, debug)
+
+
+def _failed(args, line: str, code: int, debug: bool) -> int:
+    """One line on the terminal; the traceback in RUN/error.log (or the cache folder's), and on the
+    terminal too with --debug / ECOTRAIN_DEBUG=1. Says which checkpoint a run can resume from."""
+    import traceback
+
+    text = traceback.format_exc()
+    run = Path(getattr(args, "run_dir", None) or getattr(args, "run", None) or "")
+    try:  # the run folder may be the very path that failed (a name too long, a loop of links)
+        has_run = str(run) not in ("", ".") and run.is_dir()
+    except OSError:
+        has_run = False
+    log_path = None
+    for folder in ([run] if has_run else []) + [_cache_folder()]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "error.log", "a") as f:
+                f.write(f"--- ecotrain {' '.join(sys.argv[1:])}\n{text}\n")
+            log_path = folder / "error.log"
+            break
+        except OSError:
+            continue
+    if debug:
+        print(text, file=sys.stderr, end="")
+    tail = ""
+    if has_run and (run / "checkpoints").is_dir():
+        from ecotrain.checkpoint import list_checkpoints
+
+        ckpts = list_checkpoints(run)  # newest first
+        if ckpts:
+            tail = f"; checkpoint {ckpts[0].name} is intact: `ecotrain resume {run}` continues from it"
+    where = f"; traceback in {log_path}" if log_path else ""
+    print(f"ecotrain: error: {line}{tail}{where}{'' if debug else ' (--debug shows it)'}", file=sys.stderr)
+    return code
+
+
+def _cache_folder() -> Path:
+    from ecotrain.data.cache import cache_dir
+
+    return Path(cache_dir())
 
 
 if __name__ == "__main__":

@@ -29,6 +29,16 @@ class Preemption:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
 
+    def stop_at_once(self) -> None:
+        """For commands that do not train (eval, predict, lr-find, report, ...): SIGINT and SIGTERM raise
+        KeyboardInterrupt where the command is, so it stops now, its atomic writes leave nothing partial,
+        and the CLI exits 130. `uninstall` restores the caller's handlers as before."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.signal(sig, _interrupt)
+            self._previous.setdefault(sig, previous)
+
     def __enter__(self) -> "Preemption":
         self.install()
         return self
@@ -40,3 +50,7 @@ class Preemption:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)

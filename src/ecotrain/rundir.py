@@ -28,8 +28,12 @@ def default_run_dir(name: str) -> Path:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
+    """The one way a file is written: to a temporary beside it, flushed, then renamed over it; a failure
+    leaves the old file (or none)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if len(tmp.name.encode()) > 255:  # the temporary's prefix must not be what makes the name too long
+        tmp = path.with_name(f".tmp-{os.getpid()}-{abs(hash(path.name)):x}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -37,8 +41,11 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:  # a full disk, a folder in the way: no half-written file left behind
-        tmp.unlink(missing_ok=True)
-        raise
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise  # an OSError is said in one line by the caller or the CLI's boundary (errors.os_error_line)
     fsync_dir(path.parent)
 
 
