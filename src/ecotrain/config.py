@@ -233,7 +233,9 @@ class MemoryConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    progress: Literal["auto", "on", "off"] = "auto"  # auto: on when stderr is a TTY
+    # auto: a bar when stderr is a TTY, else a plain log line every `progress_seconds` (CI, nohup, a pipe)
+    progress: Literal["auto", "on", "off"] = "auto"
+    progress_seconds: float = Field(30.0, gt=0)
 
     @field_validator("progress", mode="before")
     @classmethod
@@ -306,11 +308,14 @@ class Config(_Section):
     """A whole run. `ecotrain fit RECIPE key.sub=value ...` builds one of these."""
 
     name: str = "run"  # a name (letters, digits, . _ + -), not a path: the run folder is runs/<name>-<time>
-    seed: int = Field(0, ge=0, lt=2**63)
+    seed: int = Field(0, ge=0, lt=2**32)  # what numpy and every sampler accept (seed + epoch must not overflow)
     deterministic: bool = True  # torch.use_deterministic_algorithms; needed for exact resume
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16-mixed", "fp16-mixed"] = "fp32"
     compile: bool = False  # torch.compile the model (checkpoints keep the plain module's keys)
+    # torch's intra-op threads; auto: the cores this process may use (affinity, cgroup quota, ranks, loader
+    # workers, other busy processes; threads.py); the user's OMP_NUM_THREADS wins over auto
+    threads: Union[Literal["auto"], Annotated[int, Field(gt=0)]] = "auto"
     task: TaskConfig = Field(default_factory=TaskConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -395,6 +400,57 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+MAX_YAML_NODES = 1_000_000  # a recipe is small; aliases that expand past this are a "billion laughs"
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (with its line): the last one would
+    silently win, and a recipe whose `lr:` appears twice is a mistake to point at, not to guess."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: key '{key}' is given twice in this "
+                                  f"mapping (first on line {seen[key]}); keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(tree, limit: int = MAX_YAML_NODES) -> int:
+    """Nodes of `tree` once its aliases are expanded, stopping past `limit` (shared nodes counted once per
+    use, memoised: a DAG of aliases is measured without expanding it)."""
+    memo: dict[int, int] = {}
+
+    def size(x) -> int:
+        if isinstance(x, (dict, list)):
+            if id(x) not in memo:
+                memo[id(x)] = 0  # a cycle counts as nothing more
+                items = x.values() if isinstance(x, dict) else x
+                total = 1
+                for v in items:
+                    total += size(v)
+                    if total > limit:
+                        break
+                memo[id(x)] = total
+            return memo[id(x)]
+        return 1
+    return size(tree)
+
+
+def load_yaml(text: str, where: str):
+    """A recipe's YAML: safe, no duplicate keys, aliases bounded. One ConfigError line for anything else."""
+    try:
+        tree = yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if _expanded_size(tree) > MAX_YAML_NODES:
+        raise ConfigError(f"{where}: its aliases expand to more than {MAX_YAML_NODES:,} values (a 'billion "
+                          "laughs'); write the recipe out without nested aliases")
+    return tree
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """`["optim.lr=3e-3", "loop.max_epochs=5"]` -> nested dict; values parsed as YAML scalars."""
     tree: dict[str, Any] = {}
@@ -405,7 +461,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not all(part.strip() for part in key.split(".")):
             raise ConfigError(_one_line(f"override '{item}': an empty key part in '{key}'; expected key.sub=value"))
         try:
-            value = yaml.safe_load(raw) if raw != "" else None
+            value = load_yaml(raw, f"override '{item}'") if raw != "" else None
         except (yaml.YAMLError, ValueError, RecursionError):  # PyYAML: a bad date is a ValueError; deep nesting
             value = raw  # taken as the string it is
         _set_dotted(tree, key.strip(), value)
@@ -444,7 +500,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read the recipe ({exc.strerror or exc})") from None
         try:
-            tree = yaml.safe_load(text)
+            tree = load_yaml(text, str(p))
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             line = f" line {where.line + 1}" if where else ""

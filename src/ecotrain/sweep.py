@@ -19,6 +19,9 @@ GROUP_SCHEMA = 1
 GROUP_SUFFIX = "-group.json"
 
 
+MAX_SEEDS = 1000  # runs in one `--seeds` group
+
+
 def parse_seeds(text: str) -> list[int]:
     """`"0,1,2"` or `"0-4"` (inclusive) -> distinct non-negative seeds, in order."""
     seeds: list[int] = []
@@ -28,11 +31,16 @@ def parse_seeds(text: str) -> list[int]:
                 lo, hi = (int(v) for v in part.split("-"))
                 if hi < lo:
                     raise ValueError
+                if hi - lo + 1 + len(seeds) > MAX_SEEDS:  # checked before the range is made
+                    raise ConfigError(f"--seeds {text!r}: {hi - lo + 1 + len(seeds):,} seeds; at most {MAX_SEEDS} "
+                                      "runs in one group")
                 seeds += range(lo, hi + 1)
             else:
                 seeds.append(int(part))
         except ValueError:
             raise ConfigError(f"--seeds {text!r}: expected seeds like 0,1,2 or 0-4 (non-negative integers)") from None
+    if len(seeds) > MAX_SEEDS:
+        raise ConfigError(f"--seeds {text!r}: {len(seeds):,} seeds; at most {MAX_SEEDS} runs in one group")
     if not seeds or any(s < 0 for s in seeds):
         raise ConfigError(f"--seeds {text!r}: expected seeds like 0,1,2 or 0-4 (non-negative integers)")
     if len(set(seeds)) != len(seeds):

@@ -190,3 +190,28 @@ CASES += [
          both(registry(), write("precious.txt", "user data\n"), relink("reg/registry.lock", "../precious.txt")),
          may_change=()),
 ]
+
+
+# ---- values the config accepts only if the code can use them; YAML that would hang or mislead (config.py) ----
+BOMB = """\
+a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+CASES += [
+    Case("recipe_key_given_twice", ["fit", "{tmp}/dup.yaml", *RUN], 2, ["dup.yaml", "line 4", "'lr' is given twice",
+                                                                        "line 3"],
+         write("dup.yaml", "name: dup\noptim:\n  lr: 0.1\n  lr: 0.2\n"), absent=NO_RUN),
+    Case("recipe_billion_laughs", ["fit", "{tmp}/bomb.yaml", *RUN], 2, ["bomb.yaml", "billion laughs"],
+         write("bomb.yaml", BOMB), absent=NO_RUN),
+    Case("seed_past_what_the_sampler_takes", [*FIT, *RUN, "seed=9223372036854775807"], 2,
+         ["'seed'", "less than 4294967296"], absent=NO_RUN),
+    Case("seeds_range_too_large_to_expand", [*FIT, *RUN, "--seeds", "0-99999999999"], 2,
+         ["--seeds", "100,000,000,000 seeds", "at most 1000"], absent=("run*",)),
+]
