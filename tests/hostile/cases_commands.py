@@ -215,3 +215,25 @@ CASES += [
     Case("seeds_range_too_large_to_expand", [*FIT, *RUN, "--seeds", "0-99999999999"], 2,
          ["--seeds", "100,000,000,000 seeds", "at most 1000"], absent=("run*",)),
 ]
+
+
+def edit_json(name: str, key: str, value) -> Callable[[Path], None]:
+    """Hand-edit one top-level key of a JSON run file."""
+    def setup(tmp: Path) -> None:
+        import json
+
+        p = tmp / name
+        d = json.loads(p.read_text())
+        d[key] = value
+        p.write_text(json.dumps(d))
+    return setup
+
+
+CASES += [
+    Case("compare_summary_text_for_a_number", ["compare", "{tmp}/run", "{tmp}/run"], 2,
+         ["run/summary.json", "'test_accuracy' is \"high\"", "not a number"],
+         both(trained_run(), edit_json("run/summary.json", "test_accuracy", "high"))),
+    Case("compare_ledger_text_for_a_number", ["compare", "{tmp}/run", "{tmp}/run"], 2,
+         ["run/ledger.json", "'cpu_seconds' is \"lots\"", "not a number"],
+         both(trained_run(), edit_json("run/ledger.json", "cpu_seconds", "lots"))),
+]

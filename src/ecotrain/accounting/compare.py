@@ -12,6 +12,9 @@ the protocol). Two criteria:
 - the cost: the mean of the `by` figure falls by at least `min_cost_cut` (a fraction), a point check
   on the means. FLOPs are counted (the same work gives the same figure on any machine); time, energy,
   CO2e and money are measured and move with the machine's load; the verdict says which it used.
+  When a run's ledger says it was measured under contention (ledger.json `contention.seen`: an
+  over-loaded machine, accounting/contention.py), a measured cost criterion is INCONCLUSIVE: the
+  cut may be the load's, not the candidate's.
 
 Overall: PASS when both pass, INCONCLUSIVE when neither fails but one is inconclusive, else FAIL.
 """
@@ -24,7 +27,8 @@ from typing import Optional, Sequence
 
 import yaml
 
-from ecotrain.accounting.report import FIGURES, figure, missing_reason, num, read_ledger, table
+from ecotrain.accounting.contention import contended
+from ecotrain.accounting.report import check_numbers, FIGURES, figure, missing_reason, num, read_ledger, table
 from ecotrain.errors import ConfigError
 from ecotrain.stats import Interval, diff_ci, mean_ci, verdict
 
@@ -51,6 +55,7 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
         raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
     if not isinstance(summary, dict):
         raise ConfigError(f"{path}: not a JSON object")
+    check_numbers(summary, path)
     return summary, read_ledger(run_dir)
 
 
@@ -133,7 +138,11 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
     lines = [_seeds_line(seeds, order, nb, nc)]
     acc_line, acc_v = _metric_criterion(sides, metric, max_accuracy_drop, order is not None)
     cost_line, cost_v = _cost_criterion(sides, by, min_cost_cut, order is not None)
+    busy = _contended_runs(names, sides) if by not in COUNTED else []
+    if busy:
+        cost_line, cost_v = f"{cost_line}; measured under contention: unreliable, so INCONCLUSIVE", "INCONCLUSIVE"
     lines += [acc_line, cost_line]
+    lines += _contention_notes(busy, by)
     lines += _measured_notes(sides, by)
     lines += teacher_notes(sides)
     results = [acc_v, cost_v]
@@ -200,12 +209,27 @@ def _cost_criterion(sides: dict, by: str, min_cut: float, paired: bool) -> tuple
 def _measured_notes(sides: dict, by: str) -> list[str]:
     if by in COUNTED:
         return []
-    out = [f"note: {FIGURES[by][0]} is measured: it moves with the machine's load, which the ledger does not "
-           "record; --by flops is counted"]
+    out = [f"note: {FIGURES[by][0]} is measured: it moves with the machine's load (the ledger marks an "
+           "over-loaded machine, ledger.json `contention`); --by flops is counted"]
     methods = sorted({L["energy"]["method"] for runs in sides.values() for _, L in runs if L["energy"]["method"]})
     if by in ("energy", "co2e") and methods != ["measured"]:
         out.append(f"note: energy figures are {' and '.join(methods)} (see each ledger.json energy.how)")
     return out
+
+
+def _contended_runs(names: dict, sides: dict) -> list[tuple[str, str, dict]]:
+    """(side, run, its contention record) of each run measured on an over-loaded machine."""
+    return [(side, run, L["contention"]) for side in names for run, (_, L) in zip(names[side], sides[side])
+            if contended(L)]
+
+
+def _contention_notes(busy: list, by: str) -> list[str]:
+    if not busy:
+        return []
+    runs = "; ".join(f"{side} {run}: load {c.get('load')} on {c.get('cpus')} CPUs, steps up to "
+                     f"{c.get('slowdown')}x slower" for side, run, c in busy)
+    return [f"note: the {FIGURES[by][0]} verdict is unreliable: measured under contention ({runs}); rerun on a "
+            "quiet machine, or compare --by flops (counted)"]
 
 
 def teacher_notes(sides: dict) -> list[str]:

@@ -54,7 +54,35 @@ def read_ledger(run_dir) -> dict:
     missing = [k for k in ("energy", "co2e", "cost") if not isinstance(ledger, dict) or not isinstance(ledger.get(k), dict)]
     if missing:
         raise ConfigError(f"{path}: not an ecotrain ledger (no '{missing[0]}' section)")
+    check_numbers(ledger, path)
     return ledger
+
+
+# where ecotrain writes numbers (or null) in summary.json and ledger.json: dotted paths from the top
+NUMERIC_PATHS = frozenset("""
+    co2e.g_per_kwh co2e.kg cost.amount cost.price_per_device_hour cpu_hours cpu_seconds wall_seconds
+    device.count device_hours.cpu device_hours.gpu energy.components_kwh.cpu energy.components_kwh.gpu
+    energy.components_kwh.ram energy.kwh energy.pue energy.startup_kwh energy.startup_seconds epochs
+    flops.eval flops.eval_passes flops.eval_samples_per_pass flops.forward_per_sample flops.measured_step_flops
+    flops.measured_step_samples flops.per_train_sample flops.remeasured flops.total flops.train samples segments
+    steps data_wait_share oom_recoveries rollbacks samples_per_second samples_seen skipped_nonfinite_steps
+    steps_per_second train_seconds world_size contention.load contention.slowdown
+""".split())
+
+
+def check_numbers(tree, path, prefix: str = "") -> None:
+    """One line when a hand-edited or damaged run file holds text where ecotrain wrote a number (the
+    paths above, and every top-level test_/val_/train_ metric), before any arithmetic meets it."""
+    if not isinstance(tree, dict):
+        return
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            check_numbers(v, path, key + ".")
+        elif (key in NUMERIC_PATHS or (not prefix and k.startswith(("test_", "val_", "train_")))) \
+                and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not a number; the file was edited or "
+                              "damaged: restore it, or run the training again")
 
 
 def num(x, unit: str = "") -> str:
@@ -79,7 +107,8 @@ def summary_line(L: dict) -> str:
            else "CO2e n/a")
     cost = f"{num(m['amount'])} {m['currency']}" if m["amount"] is not None else "cost n/a"
     return (f"ledger: {num(figure(L, 'flops'))} FLOPs, {L['wall_seconds']:.1f} s wall, {L['cpu_seconds']:.1f} CPU-s, "
-            f"{energy}, {co2}, {cost}")
+            f"{energy}, {co2}, {cost}" + ("; measured on a busy machine (ledger.json contention)"
+                                          if (L.get("contention") or {}).get("seen") else ""))
 
 
 def format_ledger(L: dict) -> str:
@@ -107,6 +136,10 @@ def format_ledger(L: dict) -> str:
         over = ", ".join(f"{o['budget']} near step {o['stops_near_step']}" for o in fc["over_budget"]) or "no budget"
         lines.append(f"forecast      at step {fc['at_step']} of {fc['planned_steps']}: over budget: {over}  "
                      f"[{fc['method']}]")
+    busy = L.get("contention") or {}
+    if busy.get("seen"):
+        lines.append(f"contention    measured on a busy machine: load up to {busy['load']} on {busy['cpus']} CPUs, steps "
+                     f"up to {busy['slowdown']}x slower than the fastest; time, CPU and energy are inflated")
     lines += [f"note          {n}" for n in e.get("notes", [])]
     return "\n".join(lines)
 
