@@ -5,7 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# in-process fit() sizes torch's threads from the machine (threads.py) unless the user set this; tests run
+# tiny models on 2-core CI, where threads only add contention (tests of the auto choice remove it)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)  # 2-core CI: tests run tiny models; threads only add contention

@@ -17,7 +17,8 @@ from torch import nn
 
 from ecotrain import resume as resume_mod
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, Checkpointer, DivergenceGuard, EarlyStopping,
-                                MetricsLogger, ProgressBar)
+                                MetricsLogger, ProgressBar, ProgressLog)
+from ecotrain.accounting.contention import ContentionWatch
 from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.state import capture
@@ -41,6 +42,7 @@ from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
 from ecotrain.tracking import tracking_callbacks
 from ecotrain.task import UserTask, build_task, user_metrics
+from ecotrain.threads import ThreadChoice
 
 
 @dataclass
@@ -67,6 +69,7 @@ class RunOptions:
     init_from: Optional[Path] = None
     keep_optimizer: bool = False
     overwrite: bool = False
+    threads: Optional[ThreadChoice] = None  # torch's thread count for this call and why (fit sets it)
 
 
 @dataclass
@@ -83,6 +86,7 @@ class Run:
     ledger: Any = None  # accounting.Ledger, when on
     metrics_offset: Optional[int] = None  # a resume truncates metrics.jsonl here once accepted
     facts: dict = field(default_factory=dict)  # run facts for summary.json (padding_ratio)
+    threads: Optional[ThreadChoice] = None  # recorded in environment.json
 
 
 def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption) -> Run:
@@ -111,7 +115,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
-    run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts)
+    run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads)
     if opts.resume is not None:  # checked and loaded in memory; the folder is untouched until accepted
         whole = resume_mod.resume_into(state, cbs, augment, Path(opts.resume), bundle.content_hash,
                                        opts.allow_config_change)
@@ -248,16 +252,18 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     cbs: list[Callback] = [guard, BestTracker(es.monitor, es.mode, es.min_delta)]
     if es.enabled:
         cbs.append(EarlyStopping(es.patience))
+    watch = ContentionWatch()  # a busy machine: one warning, and the ledger's `contention`
+    cbs.append(watch)
     ledger = None
     if cfg.ledger.enabled:  # before the logger and the bar: it adds cost fields to their records
-        ledger = Ledger(cfg.ledger, cfg.budget, len(bundle.val) if bundle.val is not None else 0)
+        ledger = Ledger(cfg.ledger, cfg.budget, len(bundle.val) if bundle.val is not None else 0, watch)
         cbs.append(ledger)
     logger = MetricsLogger(folder.path / "metrics.jsonl") if dist.is_main else None  # rank 0 writes files
     if logger:
         cbs.append(logger)
-    show = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())
-    if show and not opts.quiet and dist.is_main:
-        cbs.append(ProgressBar())
+    bar = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())
+    if not opts.quiet and dist.is_main and cfg.logging.progress != "off":  # no terminal: a log line now and then
+        cbs.append(ProgressBar() if bar else ProgressLog(cfg.logging.progress_seconds))
     cbs += [*config_callbacks(cfg), *methods.callbacks(), *parts.callbacks]
     cbs += tracking_callbacks(cfg, folder)  # MLflow, TensorBoard (tracking/): when configured, rank 0
     manager = CheckpointManager(folder.path, cfg.checkpoint.keep_last, cfg.checkpoint.background)

@@ -12,7 +12,8 @@ rather than failing the run.
     git         commit, branch, dirty (tracked files changed; untracked files such as run folders
                 do not count), root -- only when the working directory is inside a git repository
     hardware    cpu_model, cpu_count (logical), cpus_usable (this process's affinity), memory_gb,
-                torch_threads, gpus [{name, memory_gb}], cuda (torch's CUDA version)
+                torch_threads, threads (how fit chose them: threads.ThreadChoice, with `why`),
+                gpus [{name, memory_gb}], cuda (torch's CUDA version)
     dataset_hash the content hash of every split (the same as summary.json's)
 """
 
@@ -30,7 +31,8 @@ PACKAGES = ("ecotrain", "torch", "numpy", "pydantic", "pyyaml", "safetensors", "
             "scipy", "mnist1d", "codecarbon", "matplotlib", "mlflow", "tensorboard")
 
 
-def capture(dataset_hash: Optional[str] = None, cwd: Optional[Path] = None) -> dict:
+def capture(dataset_hash: Optional[str] = None, cwd: Optional[Path] = None, threads=None) -> dict:
+    """`threads`: the run's threads.ThreadChoice, recorded under hardware.threads."""
     env: dict = {
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
@@ -38,6 +40,8 @@ def capture(dataset_hash: Optional[str] = None, cwd: Optional[Path] = None) -> d
         "packages": packages(),
         "hardware": hardware(),
     }
+    if threads is not None:
+        env["hardware"]["threads"] = threads.to_json()
     repo = git_info(cwd)
     if repo is not None:
         env["git"] = repo
@@ -46,11 +50,11 @@ def capture(dataset_hash: Optional[str] = None, cwd: Optional[Path] = None) -> d
     return env
 
 
-def write_environment(run_dir: Path, dataset_hash: Optional[str] = None) -> dict:
+def write_environment(run_dir: Path, dataset_hash: Optional[str] = None, threads=None) -> dict:
     """Capture the environment and write it as `run_dir/environment.json` (atomic)."""
     from ecotrain.rundir import write_json
 
-    env = capture(dataset_hash)
+    env = capture(dataset_hash, threads=threads)
     write_json(Path(run_dir) / "environment.json", env)
     return env
 

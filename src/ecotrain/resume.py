@@ -18,6 +18,7 @@ from ecotrain.log import log
 
 
 WATCH_ONLY = ("tracking", "logging")  # top-level sections (or their keys) left out of the resume check
+WATCH_ONLY += ("threads",)  # the thread count itself is checked below, as the environment's (a warning)
 # how batches are fetched, never which: a run may resume with more workers (data/loader.py, docs/data.md)
 WATCH_ONLY += ("data.workers", "data.prefetch", "data.pin_memory", "data.persistent_workers", "data.input_bound_share")
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from torch import nn
 
-from ecotrain import distributed, loop
+from ecotrain import distributed, loop, threads
 from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
@@ -55,7 +55,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     weights file to start a new run from (its optimizer state too with `keep_optimizer`).
     `run_dir` must not hold a run unless resuming, or with `overwrite`.
     With `config.deterministic`, torch's deterministic-algorithm flags are set for the call and
-    restored on return. SIGTERM/SIGINT handlers are installed for the call (main thread only);
+    restored on return; so is torch's thread count (`config.threads`, auto: the cores this process
+    may use; threads.py). SIGTERM/SIGINT handlers are installed for the call (main thread only);
     the CLI passes its own `preemption`, installed before the slow imports."""
     parts = UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer, scheduler)
     if resume == "auto":  # the newest valid checkpoint in run_dir, or a fresh start (a restarted job)
@@ -63,7 +64,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     opts = RunOptions(Path(run_dir) if run_dir else None, quiet, Path(resume) if resume else None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()
-    with preemption, deterministic_algorithms(config.deterministic):  # the handler first: set-up is slow
+    with (preemption, deterministic_algorithms(config.deterministic),  # the handler first: set-up is slow
+          threads.for_fit(config.threads, config.data.workers) as opts.threads):
         seed_everything(config.seed)
         dist = distributed.setup(config, resolve_device(config.device))
         try:

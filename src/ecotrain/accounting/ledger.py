@@ -10,6 +10,9 @@ It runs before MetricsLogger and ProgressBar: each log record gains `energy_kwh`
 The ledger covers training: the loop's steps and periodic evaluations, summed over resumed segments
 (the steps a preempted run redoes after its last checkpoint are not counted twice; the final test
 pass that `fit` runs after the loop is outside it). The trainer writes it as ledger.json.
+
+`contention` in ledger.json is the ContentionWatch's record (accounting/contention.py): whether the
+measured figures were taken on an over-loaded machine, which `compare` reports as unreliable.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from typing import Optional
 
 from ecotrain.accounting import budget as budget_mod
+from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
 from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity
 from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.prices import device_units, price_for
@@ -39,11 +43,12 @@ def cpu_seconds() -> float:
 
 
 class Ledger(Callback):
-    def __init__(self, cfg, budget, eval_samples: int = 0):
-        self.cfg, self.eval_samples = cfg, eval_samples
+    def __init__(self, cfg, budget, eval_samples: int = 0, contention: Optional[ContentionWatch] = None):
+        self.cfg, self.eval_samples, self.contention = cfg, eval_samples, contention
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
         self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
-                      "segments": 0, "train_flops": 0.0, "eval_flops": 0.0, "extra_flops": {}}  # earlier segments of a resumed run (state_dict)
+                      "segments": 0, "train_flops": 0.0, "eval_flops": 0.0, "extra_flops": {},
+                      "contention": None}  # earlier segments of a resumed run (state_dict)
         self.eval_passes = 0
         self.step_flops: Optional[StepFlops] = None
         self.measured_step: Optional[int] = None
@@ -225,6 +230,9 @@ class Ledger(Callback):
             self.meter.stop()  # joins CodeCarbon's threads and gives its logger back
             self.meter = None
 
+    def contention_record(self) -> Optional[dict]:
+        return merge_contention(self.prior["contention"], self.contention.record() if self.contention else None)
+
     def _build(self, state, spend: dict, energy: dict) -> dict:
         hours = spend["wall_seconds"] / 3600 * self.device_count * self.world
         f = self.step_flops
@@ -257,7 +265,7 @@ class Ledger(Callback):
             "flops": flops, "energy": energy, "co2e": co2e, "cost": cost,
             "budget": {"limits": self.limits,
                        "stopped_by": stopped.removeprefix("budget:") if stopped.startswith("budget:") else None},
-            "forecast": self.forecast,
+            "forecast": self.forecast, "contention": self.contention_record(),
         }
 
     # -- resume --------------------------------------------------------------------------------
@@ -278,13 +286,15 @@ class Ledger(Callback):
                 (self.meter.reason if self.meter else "ledger.energy=off") if kwh is None else None)
         return {"wall_seconds": wall, "cpu_seconds": cpu, "energy_kwh": kwh or 0.0, "energy_missing": missing,
                 "segments": segments, "train_flops": train, "eval_passes": self.eval_passes,
-                "eval_flops": evalf, "extra_flops": self.extra_by_label(), "forecast": self.forecast}
+                "eval_flops": evalf, "extra_flops": self.extra_by_label(), "forecast": self.forecast,
+                "contention": self.contention_record()}
 
     def load_state_dict(self, sd: dict) -> None:
         self.prior = {k: sd[k] for k in ("wall_seconds", "cpu_seconds", "energy_kwh", "energy_missing", "segments")}
         self.prior["train_flops"] = sd.get("train_flops", 0.0)
         self.prior["extra_flops"] = dict(sd.get("extra_flops", {}))
         self.eval_passes, self.forecast = sd.get("eval_passes", 0), sd.get("forecast")
+        self.prior["contention"] = sd.get("contention")
         # eval passes of earlier segments, at their own rates (older checkpoints: counted at this one's)
         self.prior["eval_flops"] = sd.get("eval_flops", 0.0)
         if "eval_flops" in sd:

@@ -5,7 +5,7 @@ from ecotrain.callbacks.best import BestTracker, EarlyStopping
 from ecotrain.callbacks.checkpointing import Checkpointer
 from ecotrain.callbacks.divergence import DivergenceGuard
 from ecotrain.callbacks.metrics_log import MetricsLogger
-from ecotrain.callbacks.progress import ProgressBar
+from ecotrain.callbacks.progress import ProgressBar, ProgressLog
 
 __all__ = ["HOOKS", "Callback", "CallbackList", "BestTracker", "EarlyStopping", "Checkpointer", "DivergenceGuard",
-           "MetricsLogger", "ProgressBar"]
+           "MetricsLogger", "ProgressBar", "ProgressLog"]

@@ -66,7 +66,7 @@ def after_finish(run, summary: dict) -> None:
     """Rank 0, after summary.json and ledger.json: environment.json, then each tracker's last upload."""
     from ecotrain.environment import write_environment
 
-    write_environment(run.folder.path, run.bundle.content_hash)
+    write_environment(run.folder.path, run.bundle.content_hash, run.threads)
     for cb in run.cbs.callbacks:
         if isinstance(cb, Tracker):
             cb.run_finished(run.folder.path, summary)

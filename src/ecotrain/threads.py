@@ -1,0 +1,219 @@
+"""How many threads torch uses: the cores this process may really get, not the cores the machine has.
+
+torch starts one OpenMP thread per CPU it sees; a container with a CPU quota (Kubernetes
+`limits.cpu: 2` on a 64-core node shows 64), a `taskset` mask, torchrun ranks or DataLoader workers
+sharing the machine, or other busy processes leave those threads spinning for cores they cannot get
+(the demo CNN ran ~19x slower with two threads than with one on a loaded 2-core machine).
+
+`choose` picks, in this order of precedence:
+
+    config      `threads: N` in the recipe
+    OMP_NUM_THREADS   the user's own value (not one this module set)
+    auto        min(affinity, ceil(cgroup quota)) // local ranks - loader workers, and no more than the
+                machine's CPUs that other processes leave free right now; at least 1
+
+The CLI calls `preset_env` before torch is imported (torch reads OMP_NUM_THREADS once, when its
+pool starts); `fit()` calls `for_fit`, which sets torch's count for the call and restores it after.
+The choice and its reasons are recorded in environment.json (`hardware.threads`).
+
+The cgroup is read from the process's own cgroup folders under /sys/fs/cgroup (v2 `cpu.max`, v1
+`cpu.cfs_quota_us` / `cpu.cfs_period_us`); ECOTRAIN_CGROUP_ROOT names one folder to read instead
+(a test or benchmark simulating a quota).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+CGROUP_ENV = "ECOTRAIN_CGROUP_ROOT"
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int
+    source: str  # "auto", "config" (threads: N) or "OMP_NUM_THREADS"
+    cores: int  # the cores this process may use: min(affinity, quota)
+    affinity: Optional[int]  # CPUs in this process's affinity mask
+    quota: Optional[float]  # the cgroup CPU quota in CPUs; None: no quota
+    local_ranks: int = 1  # torchrun processes on this machine (LOCAL_WORLD_SIZE)
+    workers: int = 0  # data.workers: loader processes that need CPU too
+    busy: int = 0  # runnable tasks of other processes when chosen (auto only)
+
+    def why(self) -> str:
+        if self.source == "config":
+            return f"threads: {self.threads} in the config"
+        if self.source == "OMP_NUM_THREADS":
+            return f"OMP_NUM_THREADS={self.threads} set by the user"
+        parts = [f"affinity {self.affinity}" if self.affinity is not None else "affinity unknown",
+                 f"cgroup quota {self.quota:g} CPUs" if self.quota is not None else "no cgroup quota"]
+        if self.local_ranks > 1:
+            parts.append(f"{self.local_ranks} local ranks share them")
+        if self.workers:
+            parts.append(f"{self.workers} loader workers")
+        if self.busy:
+            parts.append(f"{self.busy} runnable tasks of other processes")
+        return f"{self.threads} of {self.cores} usable cores ({', '.join(parts)})"
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "why": self.why()}
+
+
+def affinity() -> Optional[int]:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return None
+
+
+def read_quota(folder: Path) -> Optional[float]:
+    """The CPU quota set in one cgroup folder, in CPUs (v2 `cpu.max` "QUOTA PERIOD", "max": none; v1
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us`, -1: none); None when it sets none or cannot be read."""
+    try:
+        v2 = folder / "cpu.max"
+        if v2.is_file():
+            quota, _, period = v2.read_text().strip().partition(" ")
+            return None if quota == "max" else int(quota) / int(period or 100000)
+        v1 = folder / "cpu.cfs_quota_us"
+        if v1.is_file():
+            quota_us = int(v1.read_text().strip())
+            return None if quota_us <= 0 else quota_us / int((folder / "cpu.cfs_period_us").read_text().strip())
+    except (OSError, ValueError, ZeroDivisionError):  # unreadable or garbled: no quota known
+        return None
+    return None
+
+
+def _cgroup_folders() -> list[Path]:
+    """This process's cgroup folders and their parents (a parent's quota limits its children too),
+    from /proc/self/cgroup: v2 `0::/path`, v1 `N:cpu,cpuacct:/path`."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    out: list[Path] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base = CGROUP_MOUNT
+        elif "cpu" in controllers.split(","):
+            base = next((CGROUP_MOUNT / n for n in (controllers, "cpu", "cpu,cpuacct") if (CGROUP_MOUNT / n).is_dir()),
+                        None)
+            if base is None:
+                continue
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        out += [folder, *[p for p in folder.parents if p.is_relative_to(base)]]
+    return out
+
+
+def cgroup_quota(root: Union[str, Path, None] = None) -> Optional[float]:
+    """The smallest CPU quota over this process's cgroups, in CPUs; None: no quota. `root` (or
+    ECOTRAIN_CGROUP_ROOT) names the one folder to read instead."""
+    root = root or os.environ.get(CGROUP_ENV)
+    folders = [Path(root)] if root else _cgroup_folders()
+    quotas = [q for q in map(read_quota, folders) if q is not None]
+    return min(quotas) if quotas else None
+
+
+def usable_cores(root: Union[str, Path, None] = None) -> tuple[int, Optional[int], Optional[float]]:
+    """(cores, affinity, quota): the cores this process may use, at least 1."""
+    mask, quota = affinity(), cgroup_quota(root)
+    limits = [n for n in (mask, math.ceil(quota) if quota is not None else None) if n]
+    return max(1, min(limits) if limits else (os.cpu_count() or 1)), mask, quota
+
+
+def runnable_now(reads: int = 5, gap: float = 0.01) -> Optional[int]:
+    """Runnable tasks on the machine now (the median of a few reads of /proc/loadavg's `R/T` field,
+    this reader included); None where there is no /proc."""
+    counts = []
+    for i in range(reads):
+        try:
+            counts.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+        except (OSError, ValueError, IndexError):
+            return None
+        if i + 1 < reads:
+            time.sleep(gap)
+    return int(statistics.median(counts))
+
+
+def _user_value(env) -> Optional[int]:
+    raw = env.get("OMP_NUM_THREADS")
+    if raw is None or (_PRESET is not None and raw == str(_PRESET.threads)):
+        return None  # unset, or the value preset_env wrote (the user's would not have been replaced)
+    try:
+        n = int(raw)
+    except ValueError:
+        return None  # OpenMP's own syntax ("4,2"): torch applies it; not ours to pick
+    return n if n > 0 else None
+
+
+def choose(setting: Union[int, str] = "auto", workers: int = 0, env=None, root=None,
+           busy: Optional[int] = None) -> ThreadChoice:
+    """The thread count for torch and why. `busy`: runnable tasks of other processes (None: read now)."""
+    env = os.environ if env is None else env
+    cores, mask, quota = usable_cores(root)
+    ranks = max(1, int(env.get("LOCAL_WORLD_SIZE", "1") or 1))
+    fixed = dict(cores=cores, affinity=mask, quota=quota, local_ranks=ranks, workers=workers)
+    if setting != "auto":
+        return ThreadChoice(int(setting), "config", **fixed)
+    user = _user_value(env)
+    if user is not None:
+        return ThreadChoice(user, "OMP_NUM_THREADS", **fixed)
+    if busy is None:
+        running = runnable_now()
+        busy = max(0, running - ranks) if running is not None else 0  # every local rank is starting too
+    share = cores // ranks - workers
+    free = ((os.cpu_count() or cores) - busy) // ranks  # what other processes leave of the whole machine
+    return ThreadChoice(max(1, min(share, free)), "auto", busy=busy, **fixed)
+
+
+# The choice preset_env wrote into OMP_NUM_THREADS before torch was imported: fit() keeps it rather than
+# reading that value back as the user's.
+_PRESET: Optional[ThreadChoice] = None
+
+
+def preset_env(choice: ThreadChoice, env=None) -> None:
+    """Before torch is imported: OMP_NUM_THREADS and MKL_NUM_THREADS, where the user set neither."""
+    global _PRESET
+    env = os.environ if env is None else env
+    if choice.source == "OMP_NUM_THREADS":
+        return
+    for var in THREAD_VARS:
+        if var not in env or (_PRESET is not None and env[var] == str(_PRESET.threads)):  # ours to replace
+            env[var] = str(choice.threads)
+    _PRESET = choice
+
+
+def current(setting: Union[int, str] = "auto", workers: int = 0) -> ThreadChoice:
+    """The choice preset before torch started, when it still holds; else a fresh one."""
+    preset = _PRESET
+    if (preset is not None and os.environ.get("OMP_NUM_THREADS") == str(preset.threads)
+            and preset.source == ("auto" if setting == "auto" else "config") and preset.workers == workers
+            and (setting == "auto" or preset.threads == int(setting))):
+        return preset
+    return choose(setting, workers)
+
+
+@contextlib.contextmanager
+def for_fit(setting: Union[int, str] = "auto", workers: int = 0) -> Iterator[ThreadChoice]:
+    """torch's intra-op thread count for one fit() call, restored after."""
+    import torch  # here only: the CLI imports this module before torch, to preset OMP_NUM_THREADS
+
+    choice = current(setting, workers)
+    before = torch.get_num_threads()
+    if choice.threads != before:
+        torch.set_num_threads(choice.threads)
+    try:
+        yield choice
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
