@@ -186,6 +186,9 @@ class DivergenceConfig(_Section):
 
 class CheckpointConfig(_Section):
     every_n_steps: Optional[int] = Field(None, gt=0)
+    # by default a save at least every 10 minutes of training (null: off), never more than ~1% of the
+    # run's time: a killed run loses minutes, not the run
+    every_minutes: Optional[float] = Field(10.0, gt=0)
     every_epoch: bool = False
     on_best: bool = False  # save when the monitored validation metric improves
     at_end: bool = True  # a final checkpoint, so the run can be extended later

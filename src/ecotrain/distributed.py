@@ -168,7 +168,7 @@ class Agreement:
     With one process every step is an agreement step and nothing is communicated.
     """
 
-    FLAGS = ("preempted", "nonfinite_loss")
+    FLAGS = ("preempted", "nonfinite_loss", "checkpoint")
 
     def __init__(self, dist: Dist):
         self.dist = dist

@@ -1,5 +1,6 @@
-"""Checkpointing policy: every N steps, every epoch, on the best validation metric, on preemption,
-and once at the end. Saves happen at the end of a step, after its log line and evaluation, so
+"""Checkpointing policy: every N steps, every few minutes (`every_minutes`, default 10, stretched so
+that saving never takes more than ~1% of the time), every epoch, on the best validation metric, on
+preemption, and once at the end. Saves happen at the end of a step, after its log line and evaluation, so
 a resumed run continues exactly where the saved one stood.
 
 Preemption under torchrun: a signal may reach one rank only, and every rank must stop, and save, at
@@ -10,17 +11,37 @@ signal. One process stops at the end of the step the signal arrived in."""
 
 from __future__ import annotations
 
+import time
+
 from ecotrain.callbacks.base import Callback
+
+SAVE_SHARE = 0.01  # periodic saves may take at most this share of the training time
 
 
 class Checkpointer(Callback):
     def __init__(self, manager, cfg, capture_fn, preemption=None):
         self.manager, self.cfg, self.capture, self.preemption = manager, cfg, capture_fn, preemption
         self.last_saved_step = -1
+        self.last_save_at = time.monotonic()  # the clock of the periodic save (`every_minutes`)
+        self.save_seconds = 0.0  # what the latest save took
+
+    def due(self) -> bool:
+        """A periodic save is due: `every_minutes` since the last one, or longer when a save takes more
+        than SAVE_SHARE of that (a large model on a slow disk)."""
+        minutes = getattr(self.cfg, "every_minutes", None)
+        if not minutes:
+            return False
+        return time.monotonic() - self.last_save_at >= max(minutes * 60, self.save_seconds / SAVE_SHARE)
 
     def save(self, state, is_best: bool = False) -> None:
         if state.step == self.last_saved_step and not is_best:
             return
+        t = time.monotonic()
+        self._save(state, is_best)
+        self.last_save_at = time.monotonic()
+        self.save_seconds = self.last_save_at - t
+
+    def _save(self, state, is_best: bool) -> None:
         # every rank captures (gathering RNG states is a collective); copies only for a background writer
         tensors, meta, shards = self.capture(state, self.manager.background)
         if not state.dist.is_main and shards is None:  # DDP: rank 0 writes the (replicated) state
@@ -32,17 +53,21 @@ class Checkpointer(Callback):
 
     def on_step_end(self, state):
         requested = self.preemption is not None and bool(self.preemption.requested)
+        due = self.due()
         if state.dist.world_size > 1:  # a signal to any rank stops all ranks, at the next agreement step
-            agreement = state.dist.agreement()
+            agreement = state.dist.agreement()  # ... and the ranks' clocks differ: a save is agreed too
             if requested:
                 agreement.request("preempted")
-            requested = "preempted" in agreement.poll(state.step)
+            if due:
+                agreement.request("checkpoint")
+            agreed = agreement.poll(state.step)
+            requested, due = "preempted" in agreed, "checkpoint" in agreed
         if requested:
             self.save(state)
             state.stop("preempted")
             return
         n = self.cfg.every_n_steps
-        if n and state.step % n == 0:
+        if (n and state.step % n == 0) or due:
             self.save(state)
 
     def on_eval_end(self, state, record):
