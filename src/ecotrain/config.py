@@ -384,11 +384,18 @@ def _format(err: ValidationError, source: str) -> str:
     key = ".".join(str(p) for p in e["loc"]) or "(top level)"
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif e["type"] == "union_tag_invalid":  # pydantic's words name its own machinery ("method_name()")
+        ctx = e.get("ctx", {})
+        msg = (f"'{ctx.get('tag')}' is not one of {ctx.get('expected_tags')}"
+               + (", nor a third-party `pkg.module:Class`" if key.startswith("methods") else ""))
+    elif e["type"] == "union_tag_not_found":
+        msg = "needs a 'name' key"
     else:
         msg = e["msg"].removeprefix("Value error, ")
         if "input" in e and not isinstance(e["input"], dict):
             msg += f" (got {_short(e['input'])})"
-    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    n = len(err.errors())
+    more = f" (and {n - 1} more problem{'s' if n > 2 else ''} after this one)" if n > 1 else ""
     return _one_line(f"{source}: config key '{key}': {msg}{more}")
 
 
@@ -472,9 +479,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def _merge(base: dict, extra: dict) -> dict:
+    """`extra` over `base`, section by section; an empty mapping (`data={}`) empties the section, so it
+    takes every default, instead of changing nothing."""
     out = dict(base)
     for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and v and isinstance(out.get(k), dict) else v
     return out
 
 
