@@ -114,6 +114,8 @@ CASES += [
          absent=("reg",)),
     Case("versions_of_a_missing_registry", ["versions", *REG], 2, ["reg", "no registry here", "versions add RUN"],
          absent=("reg",)),
+    Case("update_replay_without_a_buffer", ["update", "current", "{tmp}/new.npz", *REG, "methods=[{name: replay}]"], 2,
+         ["methods.replay", "v0001 has no replay buffer", "not be protected", "from:"], both(registry(), NEW_DATA)),
     Case("review_queue_out_is_a_folder", ["review-queue", "{tmp}/run", "{tmp}/new.npz", "--out", "{tmp}/q.csv"], 2,
          ["--out", "q.csv", "is a folder"], both(trained_run(), NEW_DATA, write("q.csv/x", "")), absent=(".q.csv*",)),
 ]

@@ -196,8 +196,11 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
             if (base_dir / "export.safetensors").is_file():
                 m["from"] = str(base_dir / "export.safetensors")
             else:
-                log.warning(f"methods.{m['name']}: {base_dir.name} exported no buffer/Fisher (it was not trained "
-                            f"with {m['name']}); it starts from this update's data alone")
+                what = "replay buffer" if m["name"] == "replay" else "Fisher information"
+                raise ConfigError(f"methods.{m['name']}: the base version {base_dir.name} has no {what} (its run "
+                                  f"was not trained with methods.{m['name']}), so this update would not be "
+                                  f"protected; point `from:` at a run's export.safetensors that has one, or "
+                                  f"register a base trained with {m['name']}")
         if m.get("name") == "lwf" and not m.get("teacher"):
             m["teacher"] = str(init_file)
         methods.append(m)
