@@ -119,7 +119,8 @@ def test_a_file_in_the_way_of_the_checkpoints_folder(tmp_path):
 
 @pytest.fixture
 def live():
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); time.sleep(60)"  # even under nohup
+    p = subprocess.Popen([sys.executable, "-c", code])
     yield p
     p.kill()
     p.wait()
