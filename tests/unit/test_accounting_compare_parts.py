@@ -225,3 +225,32 @@ def test_group_files_stand_for_their_runs(tmp_path):
     g = str(tmp_path / "g-group.json")
     assert split_runs([g, "x,y", ""]) == [str(tmp_path / "r0"), str(tmp_path / "r1"), "x", "y"]
     assert split_runs(None) == [] and split_runs(["missing-group.json"]) == ["missing-group.json"]
+
+
+def test_a_measured_verdict_under_contention_is_inconclusive(tmp_path):
+    busy = {"seen": True, "load": 3.5, "cpus": 2, "slowdown": 1.8}
+    b = make_run(tmp_path / "b", 0.9, 1.0, cpu=10.0)
+    c = _edit(make_run(tmp_path / "c", 0.9, 0.4, cpu=4.0), "ledger.json", lambda L: L.update(contention=busy))
+    quiet = _edit(make_run(tmp_path / "q", 0.9, 0.4, cpu=4.0), "ledger.json",
+                  lambda L: L.update(contention={"seen": False, "load": 0.5}))
+    report, verdict = judge([b], [c], by="cpu_seconds")
+    assert verdict == "INCONCLUSIVE"
+    assert _line(report, "CPU s (measured):") == ("CPU s (measured): 10 -> 4, cut 60.0% (required 50%): PASS (a point "
+                                                  "check); measured under contention: unreliable, so INCONCLUSIVE")
+    assert _line(report, "note: the") == (
+        f"note: the CPU s verdict is unreliable: measured under contention (candidate {c}: load 3.5 on 2 CPUs, steps "
+        "up to 1.8x slower); rerun on a quiet machine, or compare --by flops (counted)")
+    assert report.endswith("verdict: INCONCLUSIVE (test_accuracy PASS, CPU s (measured) INCONCLUSIVE: run more seeds)")
+    report, verdict = judge([c], [b, c], by="energy", min_cost_cut=-5)
+    assert "(baseline " + c + ": load 3.5 on 2 CPUs, steps up to 1.8x slower; candidate " + c in report
+    report, verdict = judge([b], [c], by="flops", min_cost_cut=0)  # counted: contention does not matter
+    assert verdict == "PASS" and "contention" not in report.split("\n\n")[1].replace("ledger.json `contention`", "")
+    assert judge([b], [quiet], by="cpu_seconds")[1] == "PASS"
+
+
+def test_a_damaged_summary_is_named(tmp_path):
+    run = _edit(make_run(tmp_path / "r", 0.9, 1.0), "summary.json", lambda s: s.update(test_accuracy="high"))
+    with pytest.raises(ConfigError) as err:
+        load_run(run)
+    assert str(err.value) == (f"{Path(run) / 'summary.json'}: 'test_accuracy' is \"high\", not a number; the file was "
+                              "edited or damaged: restore it, or run the training again")
