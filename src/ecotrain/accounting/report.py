@@ -54,8 +54,23 @@ def read_ledger(run_dir) -> dict:
     missing = [k for k in ("energy", "co2e", "cost") if not isinstance(ledger, dict) or not isinstance(ledger.get(k), dict)]
     if missing:
         raise ConfigError(f"{path}: not an ecotrain ledger (no '{missing[0]}' section)")
-    check_numbers(ledger, path)
+    check_readable(ledger, path)
     return ledger
+
+
+def check_readable(ledger: dict, path) -> None:
+    """The ledger read as every reader will (the table, the run's last line, each figure), once, here: a
+    damaged file, or one from another version, is one line naming it, not a KeyError deep in a command."""
+    check_numbers(ledger, path)
+    try:
+        format_ledger(ledger)
+        summary_line(ledger)
+        for key in FIGURES:
+            figure(ledger, key)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"no '{exc.args[0]}'" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise ConfigError(f"{path}: damaged, or written by another ecotrain version ({what}); restore it, or run "
+                          "the training again") from None
 
 
 # where ecotrain writes numbers (or null) in summary.json and ledger.json: dotted paths from the top
@@ -70,6 +85,10 @@ NUMERIC_PATHS = frozenset("""
 """.split())
 
 
+STRING_PATHS = frozenset("dataset_hash device last_checkpoint monitor name stopped_because".split())
+NUMERIC_PATHS = NUMERIC_PATHS | {"best_step", "best_val_metric"}
+
+
 def check_numbers(tree, path, prefix: str = "") -> None:
     """One line when a hand-edited or damaged run file holds text where ecotrain wrote a number (the
     paths above, and every top-level test_/val_/train_ metric), before any arithmetic meets it."""
@@ -77,12 +96,15 @@ def check_numbers(tree, path, prefix: str = "") -> None:
         return
     for k, v in tree.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            check_numbers(v, path, key + ".")
-        elif (key in NUMERIC_PATHS or (not prefix and k.startswith(("test_", "val_", "train_")))) \
-                and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        numeric = key in NUMERIC_PATHS or (not prefix and k.startswith(("test_", "val_", "train_")))
+        if numeric and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not a number; the file was edited or "
                               "damaged: restore it, or run the training again")
+        if key in STRING_PATHS and v is not None and not isinstance(v, str):
+            raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not text; the file was edited or "
+                              "damaged: restore it, or run the training again")
+        if isinstance(v, dict):
+            check_numbers(v, path, key + ".")
 
 
 def num(x, unit: str = "") -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.accounting.report import check_numbers, check_readable
 from ecotrain.errors import ConfigError
 
 
@@ -67,6 +68,11 @@ def _json(path: Path, notes: list) -> Optional[dict]:
     if not isinstance(obj, dict):
         notes.append(f"{path.name}: not a JSON object")
         return None
+    try:  # a hand-edited or damaged file: left out with a note, never met by the page's arithmetic
+        check_numbers(obj, path.name)
+    except ConfigError as exc:
+        notes.append(f"{exc}; left out of the report")
+        return None
     return obj
 
 
@@ -95,6 +101,12 @@ def read_run(run_dir) -> RunData:
     if run.ledger is not None and not all(isinstance(run.ledger.get(k), dict) for k in ("energy", "co2e", "cost")):
         run.notes.append("ledger.json: not an ecotrain ledger")
         run.ledger = None
+    if run.ledger is not None:
+        try:
+            check_readable(run.ledger, "ledger.json")
+        except ConfigError as exc:
+            run.notes.append(f"{exc}; left out of the report")
+            run.ledger = None
     run.environment = _json(path / "environment.json", run.notes)
     run.mlflow = _json(path / "mlflow.json", run.notes)
     _read_metrics(run)
