@@ -31,9 +31,9 @@ MUTMUT = Path(sys.executable).with_name("mutmut")
 
 # name: (the files mutated, globbed from the root; the unit test files that guard them)
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "gate": ("src/ecotrain/continual/gate.py", ["tests/unit/test_gate.py"]),
+    "gate": ("src/ecotrain/continual/gate.py", ["tests/unit/test_gate.py", "tests/unit/test_gate_cap.py"]),
     "ewc": ("src/ecotrain/methods/ewc.py", ["tests/unit/test_ewc.py"]),
-    "replay": ("src/ecotrain/methods/replay.py", ["tests/unit/test_replay.py"]),
+    "replay": ("src/ecotrain/methods/replay.py", ["tests/unit/test_replay.py", "tests/unit/test_replay_logits.py"]),
     "objective": ("src/ecotrain/objective.py", ["tests/unit/test_objective.py", "tests/unit/test_loop.py"]),
     "task": ("src/ecotrain/task.py", ["tests/unit/test_tasks.py", "tests/unit/test_task_parts.py"]),
     "batchnorm": ("src/ecotrain/methods/batchnorm.py", ["tests/unit/test_batchnorm.py",

@@ -204,7 +204,7 @@ class BatchNormPolicy(Method):
             report.update(self._mode_accuracies(model, data.val, device))
         self.report = report
         gap = report.get("mode_gap")
-        if gap is not None and abs(gap) > self.warn_gap:
+        if gap is not None and report.get("warned"):  # the report's own decision: the log and summary.json agree
             log.warning(f"methods.batchnorm: validation accuracy {report['val_accuracy_eval_mode']:.4f} in eval mode "
                         f"vs {report['val_accuracy_train_mode']:.4f} in train mode (gap {gap:+.4f}, more than warn_gap "
                         f"{self.warn_gap}): inference will behave differently from training; {_why(gap, self.micro_batch)}"
