@@ -40,12 +40,14 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:  # a full disk, a folder in the way: no half-written file left behind
+    except BaseException as exc:  # a full disk, a folder in the way: no half-written file left behind
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        raise  # an OSError is said in one line by the caller or the CLI's boundary (errors.os_error_line)
+        if isinstance(exc, OSError) and exc.errno is not None:  # named by the file asked for, not the temporary
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+        raise  # said in one line by the caller or the CLI's boundary (errors.os_error_line)
     fsync_dir(path.parent)
 
 

@@ -63,7 +63,8 @@ def curves(run, diagnosis=None) -> str:
     if train and val and min(v for _, v in train + val) > 0 and max(v for _, v in train + val) / min(
             v for _, v in train + val) > 50:
         ax_loss.set_yscale("log")
-    ax_loss.legend(fontsize=8)
+    if ax_loss.get_legend_handles_labels()[0]:  # nothing labelled (no loss recorded): no empty legend, no warning
+        ax_loss.legend(fontsize=8)
 
     metric = run.metric
     if metric:
