@@ -363,7 +363,9 @@ def _main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as exc:  # the boundary: a bug, or the user's own code, failing mid-command
         what = (f"user code called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
                 else f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300])
-        return _failed(args, f"{args.command} failed: {what}", EXIT_FAILURE, debug)
+        where = [n for n in getattr(exc, "__notes__", []) if n.startswith("during training step")]
+        return _failed(args, f"{args.command} failed: {what}{_user_frame(exc)}{' ' + where[0] if where else ''}",
+                       EXIT_FAILURE, debug)
 
 
 def _failed(args, line: str, code: int, debug: bool) -> int:
@@ -399,6 +401,22 @@ def _failed(args, line: str, code: int, debug: bool) -> int:
     where = f"; traceback in {log_path}" if log_path else ""
     print(f"ecotrain: error: {line}{tail}{where}{'' if debug else ' (--debug shows it)'}", file=sys.stderr)
     return code
+
+
+def _user_frame(exc: BaseException) -> str:
+    """' in <file>:<line> (<function>)' for the innermost frame of the traceback that is the user's code
+    (not ecotrain, torch, or an installed package), or ''."""
+    import sysconfig
+    import traceback
+
+    here = Path(__file__).resolve().parent
+    libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if frame.filename.startswith("<") or path.is_relative_to(here) or any(path.is_relative_to(p) for p in libs):
+            continue
+        return f" in your code at {path.name}:{frame.lineno} ({frame.name})"
+    return ""
 
 
 def _cache_folder() -> Path:

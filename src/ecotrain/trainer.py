@@ -96,6 +96,8 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
             loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
         except BaseException as exc:
             run.cbs.on_exception(state, exc)
+            if isinstance(exc, (Exception, SystemExit)):  # where in training it failed, for the CLI's one line (cli._failed)
+                exc.add_note(f"during training step {state.step + 1} (epoch {state.epoch})")
             raise
         if state.stopped_because == "preempted":
             return RunResult(run.folder.path, preempted_summary(run), state.model, state)

@@ -60,7 +60,9 @@ def test_user_code_failing_mid_run_is_one_line_and_a_log(world, cls, what):
     assert r.returncode == 1, r.stderr
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert err[0].startswith(f"ecotrain: error: fit failed: {what}; checkpoint step-")
+    assert err[0].startswith(f"ecotrain: error: fit failed: {what}")
+    assert " in your code at user_ds.py:" in err[0] and " during training step " in err[0]  # the object and the step
+    assert "; checkpoint step-" in err[0]
     assert f"is intact: `ecotrain resume {run}` continues from it; traceback in {run / 'error.log'}" in err[0]
     log = (run / "error.log").read_text()
     assert "Traceback" in log and "user_ds.py" in log  # the user's own frame, which they need
