@@ -197,7 +197,7 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     if (result.run_dir / "ledger.json").is_file():
         from ecotrain.accounting import read_ledger, summary_line
 
-        print(summary_line(read_ledger(result.run_dir)))
+        print(summary_line(read_ledger(result.run_dir, table=True)))
     return code
 
 
@@ -214,7 +214,7 @@ def cmd_ledger(args) -> int:
     from ecotrain.accounting import read_ledger
     from ecotrain.accounting.report import format_ledger, restate
 
-    ledger = read_ledger(args.run_dir)
+    ledger = read_ledger(args.run_dir, table=True)
     print(format_ledger(ledger))
     if args.regions:
         print()

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import yaml
 
 from ecotrain.accounting.contention import contended
-from ecotrain.accounting.report import check_numbers, FIGURES, figure, missing_reason, num, read_ledger, table
+from ecotrain.accounting.report import SUMMARY_STRINGS, check_numbers, FIGURES, figure, missing_reason, num, read_ledger, table
 from ecotrain.errors import ConfigError
 from ecotrain.stats import Interval, diff_ci, mean_ci, verdict
 
@@ -55,7 +55,7 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
         raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
     if not isinstance(summary, dict):
         raise ConfigError(f"{path}: not a JSON object")
-    check_numbers(summary, path)
+    check_numbers(summary, path, SUMMARY_STRINGS)
     return summary, read_ledger(run_dir)
 
 

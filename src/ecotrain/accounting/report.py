@@ -37,7 +37,7 @@ def write_ledger(run_dir: Path, ledger: Optional[dict]) -> None:
         write_json(Path(run_dir) / "ledger.json", ledger)
 
 
-def read_ledger(run_dir) -> dict:
+def read_ledger(run_dir, table: bool = False) -> dict:
     """A run folder's ledger.json; one line naming the file when it is missing or unreadable."""
     path = Path(run_dir) / "ledger.json"
     if not path.is_file():
@@ -54,17 +54,19 @@ def read_ledger(run_dir) -> dict:
     missing = [k for k in ("energy", "co2e", "cost") if not isinstance(ledger, dict) or not isinstance(ledger.get(k), dict)]
     if missing:
         raise ConfigError(f"{path}: not an ecotrain ledger (no '{missing[0]}' section)")
-    check_readable(ledger, path)
+    check_readable(ledger, path, table)
     return ledger
 
 
-def check_readable(ledger: dict, path) -> None:
-    """The ledger read as every reader will (the table, the run's last line, each figure), once, here: a
-    damaged file, or one from another version, is one line naming it, not a KeyError deep in a command."""
+def check_readable(ledger: dict, path, table: bool = True) -> None:
+    """The ledger read as its reader will (each figure; with `table`, also the table and the run's last
+    line), once, here: a damaged file, or one from another version, is one line naming it, not a
+    KeyError deep in a command."""
     check_numbers(ledger, path)
     try:
-        format_ledger(ledger)
-        summary_line(ledger)
+        if table:
+            format_ledger(ledger)
+            summary_line(ledger)
         for key in FIGURES:
             figure(ledger, key)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -85,11 +87,11 @@ NUMERIC_PATHS = frozenset("""
 """.split())
 
 
-STRING_PATHS = frozenset("dataset_hash device last_checkpoint monitor name stopped_because".split())
+SUMMARY_STRINGS = frozenset("dataset_hash device last_checkpoint monitor name stopped_because".split())
 NUMERIC_PATHS = NUMERIC_PATHS | {"best_step", "best_val_metric"}
 
 
-def check_numbers(tree, path, prefix: str = "") -> None:
+def check_numbers(tree, path, strings: frozenset = frozenset(), prefix: str = "") -> None:
     """One line when a hand-edited or damaged run file holds text where ecotrain wrote a number (the
     paths above, and every top-level test_/val_/train_ metric), before any arithmetic meets it."""
     if not isinstance(tree, dict):
@@ -100,11 +102,11 @@ def check_numbers(tree, path, prefix: str = "") -> None:
         if numeric and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not a number; the file was edited or "
                               "damaged: restore it, or run the training again")
-        if key in STRING_PATHS and v is not None and not isinstance(v, str):
+        if key in strings and v is not None and not isinstance(v, str):
             raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not text; the file was edited or "
                               "damaged: restore it, or run the training again")
         if isinstance(v, dict):
-            check_numbers(v, path, key + ".")
+            check_numbers(v, path, strings, key + ".")
 
 
 def num(x, unit: str = "") -> str:
