@@ -124,6 +124,7 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
                 if not math.isfinite(value):
                     break
                 if cfg.loop.grad_clip:
+                    state.precision.unscale(opt)  # fp16: clip true gradients, not scaled ones
                     torch.nn.utils.clip_grad_norm_(state.model.parameters(), cfg.loop.grad_clip)
                 state.precision.step(opt)
                 opt.zero_grad(set_to_none=True)

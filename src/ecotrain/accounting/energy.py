@@ -54,6 +54,23 @@ class _Capture(logging.Handler):
             self.messages.append(msg)
 
 
+def nvml_gpu_ids(device, visible: Optional[str], current: int = 0) -> Optional[list]:
+    """The NVML id CodeCarbon should meter for `device`: its physical GPU, not GPU 0.
+
+    `device.index` is the CUDA (logical) index, `current` stands in when the device has none
+    (`cuda`: torch.cuda.current_device(), which torchrun's set_device chose). NVML counts physical
+    GPUs, so the index goes through `visible` (CUDA_VISIBLE_DEVICES): `2,3` makes cuda:1 GPU 3; a
+    UUID or MIG entry is passed on as text, which CodeCarbon resolves. None off CUDA."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else current
+    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+    if visible is None or index >= len(entries):  # unset (or too short to map): logical is physical
+        return [index]
+    entry = entries[index]
+    return [int(entry) if entry.isdigit() else entry]
+
+
 class EnergyMeter:
     """Start before training, `live_kwh()` at log intervals, `stop()` once at the end."""
 

@@ -24,10 +24,11 @@ from typing import Optional
 
 from ecotrain.accounting import budget as budget_mod
 from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
-from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity
+from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, nvml_gpu_ids
 from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.callbacks.base import Callback
+from ecotrain.device import current_index
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 
@@ -87,7 +88,7 @@ class Ledger(Callback):
         self.price, self.price_source = price_for(self.device_name, cfg.prices)
         warm_up()
         if cfg.energy == "codecarbon":
-            gpu_ids = [state.device.index or 0] if state.device.type == "cuda" else None
+            gpu_ids = nvml_gpu_ids(state.device, os.environ.get("CUDA_VISIBLE_DEVICES"), current_index(state.device))
             self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
             self.meter.start()
         self._measure, self._state = True, state

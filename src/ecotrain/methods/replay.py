@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from ecotrain.device import current_index, same_device
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 
@@ -262,7 +263,7 @@ class Replay(Method):
         """This step's replay rows (x, y, weight) on the model's device, or None without a buffer."""
         if not self.rows:
             return None
-        if self._dev is None or self._dev[0].device != state.device:
+        if self._dev is None or not same_device(self._dev[0].device, state.device, current_index(state.device)):
             self._dev = tuple(t.to(state.device) for t in (self.buffer.x, self.buffer.y, self.buffer.weight))
         idx = self.replay_indices(state.epoch, state.batch_in_epoch).to(state.device)
         return tuple(t.index_select(0, idx) for t in self._dev)
@@ -291,7 +292,7 @@ class Replay(Method):
 
     def stored_logits(self, state) -> torch.Tensor:
         """The stored logits of this step's replay rows (the rows of `replay_batch`), on the model's device."""
-        if self._dev_logits is None or self._dev_logits.device != state.device:
+        if self._dev_logits is None or not same_device(self._dev_logits.device, state.device, current_index(state.device)):
             self._dev_logits = self.buffer.logits.to(state.device)
         idx = self.replay_indices(state.epoch, state.batch_in_epoch).to(state.device)
         return self._dev_logits.index_select(0, idx)

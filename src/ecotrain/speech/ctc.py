@@ -61,8 +61,11 @@ def word_error_rate(hyps: list[str], refs: list[str]) -> float:
 
 
 @torch.inference_mode()
-def transcribe(model, source, batch_size: int = 64, device: str = "cpu") -> list[list[int]]:
-    """Greedy transcripts of every utterance of `source`, in order (eval mode)."""
+def transcribe(model, source, batch_size: int = 64, device=None) -> list[list[int]]:
+    """Greedy transcripts of every utterance of `source`, in order (eval mode); the inputs go to
+    `device`, by default the model's own (a CUDA-trained model gets CUDA inputs)."""
+    if device is None:
+        device = next(model.parameters()).device
     was = model.training
     model.eval()
     hyps: list[list[int]] = []

@@ -1,0 +1,126 @@
+"""The CUDA paths' logic, checked on CPU: the GPU the ledger meters, fp16 clipping in lr-find, the
+OOM retry freeing the failed graph, speech inputs on the model's device, replay's device check."""
+
+import math
+import weakref
+
+import torch
+from torch import nn
+
+from ecotrain import fit
+from ecotrain.accounting.energy import nvml_gpu_ids
+from ecotrain.device import same_device
+from ecotrain.speech.ctc import transcribe
+
+CUDA, CUDA0, CUDA1 = torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda:1")
+
+
+# -- the ledger's GPU ---------------------------------------------------------------------------
+def test_nvml_gpu_is_the_physical_gpu_of_the_device():
+    assert nvml_gpu_ids(torch.device("cpu"), "0,1") is None
+    assert nvml_gpu_ids(CUDA, None, current=3) == [3]  # plain cuda: the current device (torchrun's set_device)
+    assert nvml_gpu_ids(CUDA1, None, current=0) == [1]
+    assert nvml_gpu_ids(CUDA, "2,3", current=1) == [3]  # CUDA_VISIBLE_DEVICES: logical 1 is physical 3
+    assert nvml_gpu_ids(CUDA0, " 5 , 7", current=1) == [5]
+    assert nvml_gpu_ids(CUDA, "GPU-4e81,GPU-9a2c", current=1) == ["GPU-9a2c"]  # a UUID: CodeCarbon resolves it
+    assert nvml_gpu_ids(CUDA, "", current=0) == [0]  # nothing to map through
+
+
+# -- lr-find under fp16 ---------------------------------------------------------------------------
+def test_lr_find_fp16_clips_unscaled_gradients(tiny_cfg, monkeypatch):
+    from ecotrain.lrfind import range_test
+
+    norms, clip = [], torch.nn.utils.clip_grad_norm_
+
+    def recording(params, max_norm, *a, **k):
+        norm = clip(params, max_norm, *a, **k)
+        norms.append(float(norm))
+        return norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    cfg = tiny_cfg(**{"precision": "fp16-mixed", "loop.grad_clip": 1.0})
+    result = range_test(cfg, steps=15, start=1e-4, end=1e-2)
+    assert norms and all(math.isfinite(n) for n in norms)
+    assert max(norms) < 100  # true gradients; scaled ones are ~65536 times larger
+    assert all(math.isfinite(v) for v in result["losses"])
+
+
+# -- OOM recovery on the plain fp32 step ----------------------------------------------------------
+class _OOMInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)  # the graph holds x, as a real graph holds its activations
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+
+class OOMOnceInBackward(nn.Module):
+    """The first training step's backward raises an OOM; each later forward records whether an
+    activation that the failed attempt's graph saved is still alive."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+        self.failed_output, self.alive_at_retry, self.calls = None, [], 0
+
+    def forward(self, x):
+        if not (self.training and torch.is_grad_enabled()):
+            return self.net(x)
+        self.calls += 1
+        if self.failed_output is not None:
+            self.alive_at_retry.append(self.failed_output() is not None)
+        if self.calls == 1:
+            h = self.net(x)
+            self.failed_output = weakref.ref(h)  # torch keeps the Python object while the graph holds it
+            return _OOMInBackward.apply(h)
+        return self.net(x)
+
+
+def test_oom_on_the_plain_step_frees_the_failed_graph_before_the_retry(tiny_cfg, tmp_path):
+    model = OOMOnceInBackward()
+    r = fit(tiny_cfg(**{"loop.max_steps": 3}), model=model, run_dir=tmp_path)
+    assert r.summary["oom_recoveries"] == 1 and r.summary["micro_batches"] == 2  # once, not twice
+    assert model.alive_at_retry and not any(model.alive_at_retry)  # the retry ran without the failed graph
+
+
+# -- speech: inputs on the model's device --------------------------------------------------------
+class _Source:
+    def __len__(self):
+        return 3
+
+    def take(self, idx):
+        return torch.zeros(len(idx), 8, 4), torch.full((len(idx), 3), 8, dtype=torch.long)
+
+
+class _MetaModel(nn.Module):
+    """Weights on the meta device; records the device its inputs arrive on."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1, device="meta"))
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.device)
+        return torch.zeros(len(x), 8, 5)
+
+
+def test_transcribe_sends_inputs_to_the_models_device():
+    model = _MetaModel()
+    transcribe(model, _Source(), batch_size=2)
+    assert model.seen == [torch.device("meta")] * 2
+    transcribe(model, _Source(), batch_size=4, device="cpu")  # an explicit device still wins
+    assert model.seen[-1] == torch.device("cpu")
+
+
+# -- replay's device check -------------------------------------------------------------------------
+def test_same_device_treats_plain_cuda_as_the_current_device():
+    assert CUDA0 != CUDA  # torch's own comparison: why a plain != copied the buffer every step
+    assert same_device(CUDA0, CUDA, current=0) and same_device(CUDA, CUDA0, current=0)
+    assert not same_device(CUDA0, CUDA, current=1) and same_device(CUDA1, CUDA, current=1)
+    assert same_device(torch.device("cpu"), torch.device("cpu"))
+    assert not same_device(torch.device("cpu"), CUDA) and not same_device(CUDA0, CUDA1)
