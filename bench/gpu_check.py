@@ -1,0 +1,229 @@
+"""The CUDA paths on one real GPU, in one prepared run of at most ~10 minutes (issue 32).
+
+    python bench/gpu_check.py            # on a machine with CUDA; without one: RESULT cuda=absent
+    python bench/gpu_check.py --cpu      # the same checks on the CPU, shortened: tries the script, proves nothing about CUDA
+
+Each check runs on its own, guarded: one that fails prints its error and `<key>=error`, and the
+rest still run. The checks:
+- `bf16_*`, `fp16_*`: smoke runs of the demo CNN (recipes/mnist1d_cnn.yaml) with gradient clipping:
+  the loss finite, fp16's skipped steps counted, the GPU energy CodeCarbon read through NVML (> 0).
+- `oom_*`: an OOM injected in the plain fp32 step's backward while the failed graph holds ~1 GiB:
+  one recovery, two micro-batches, and the GiB freed before the retry (`oom_freed`).
+- `resume_exact`: the demo recipe in bf16, killed with SIGKILL after a checkpoint and resumed: the
+  final weights bit-identical to an unkilled run.
+- `lrfind_*`: lr-find's suggestion under fp16 and bf16 (the two should agree within a few x).
+- `tf32_speedup`: steps/s of an fp32 MLP with TF32 matmuls on over off (side by side, same model).
+- `check_every_speedup`: steps/s with divergence.check_every 50 over 1 (one host sync per step).
+Ends with one `RESULT key=value ...` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = ROOT / "recipes" / "mnist1d_cnn.yaml"
+
+
+def cfg(device: str, steps: int, **over):
+    from ecotrain.config import load_config
+
+    base = {"device": device, "loop.max_steps": steps, "loop.eval_every": max(steps // 2, 1),
+            "loop.log_every": max(steps // 4, 1), "logging.progress": "off", "checkpoint.every_minutes": None}
+    base.update(over)
+    return load_config(RECIPE, [f"{k}={'null' if v is None else v}" for k, v in base.items()])
+
+
+def read_json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+# -- checks: each returns its RESULT figures ---------------------------------------------------------
+def smoke(device: str, precision: str, steps: int, tmp: Path) -> dict:
+    from ecotrain import fit
+
+    energy = "codecarbon" if device == "cuda" else "off"
+    r = fit(cfg(device, steps, precision=precision, **{"loop.grad_clip": 1.0, "ledger.energy": energy}),
+            run_dir=tmp / f"smoke-{precision}", quiet=True)
+    s, key = r.summary, precision.split("-")[0]
+    loss = s.get("train_loss", s.get("val_loss"))
+    out = {f"{key}_loss_finite": loss is not None and math.isfinite(loss), f"{key}_steps": s["steps"],
+           f"{key}_val_accuracy": round(s.get("val_accuracy", float("nan")), 3)}
+    if precision == "fp16-mixed":
+        out["fp16_skipped_steps"] = s.get("fp16_skipped_steps")
+    parts = (read_json(r.run_dir / "ledger.json").get("energy") or {}).get("components_kwh") or {}
+    out[f"{key}_gpu_kwh"] = f"{parts['gpu']:.3g}" if parts.get("gpu") is not None else "none"
+    return out
+
+
+class _OOMInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, held):
+        ctx.save_for_backward(held)  # the failed graph holds `held`, as a real one holds activations
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by gpu_check)")
+
+
+class OOMOnce(nn.Module):
+    """The demo CNN's shape of problem in an MLP: the first training step's backward raises an OOM
+    while its graph holds `held_bytes`; the retry's first forward records the memory allocated."""
+
+    def __init__(self, held_bytes: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(40, 256), nn.ReLU(), nn.Linear(256, 10))
+        self.held_bytes, self.calls, self.at_fail, self.at_retry = held_bytes, 0, None, None
+
+    def forward(self, x):
+        if not (self.training and torch.is_grad_enabled()):
+            return self.net(x)
+        self.calls += 1
+        if self.calls == 1:
+            held = torch.ones(self.held_bytes // 4, device=x.device, requires_grad=True) * 1.0
+            self.at_fail = allocated(x.device)
+            return _OOMInBackward.apply(self.net(x), held)
+        if self.calls == 2:
+            self.at_retry = allocated(x.device)
+        return self.net(x)
+
+
+def allocated(device) -> int:
+    return torch.cuda.memory_allocated(device) if torch.device(device).type == "cuda" else 0
+
+
+def oom(device: str, tmp: Path) -> dict:
+    from ecotrain import fit
+
+    held = 1 << 30 if device == "cuda" else 1 << 20
+    model = OOMOnce(held)
+    r = fit(cfg(device, 20), model=model, run_dir=tmp / "oom", quiet=True)
+    s = r.summary
+    freed = None if device != "cuda" else model.at_fail - model.at_retry > held // 2
+    return {"oom_recoveries": s["oom_recoveries"], "oom_micro_batches": s["micro_batches"], "oom_freed": freed}
+
+
+def final_weights(run_dir: Path) -> dict:
+    from safetensors import safe_open
+
+    newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    with safe_open(str(newest / "tensors.safetensors"), "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
+
+
+def resume(device: str, steps: int, tmp: Path) -> dict:
+    every = steps // 6
+    args = [str(RECIPE), f"device={device}", "precision=bf16-mixed", f"loop.max_steps={steps}",
+            f"loop.eval_every={steps // 2}", f"checkpoint.every_n_steps={every}", "checkpoint.every_minutes=null"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "ecotrain", "fit", "--quiet"]
+    subprocess.run([*cmd, "--run-dir", str(tmp / "whole"), *args], check=True, env=env, capture_output=True,
+                   timeout=240)
+    killed = tmp / "killed"
+    proc = subprocess.Popen([*cmd, "--run-dir", str(killed), *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoints" / f"step-{2 * every:08d}" / "MANIFEST.json"
+    deadline = time.monotonic() + 180
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        return {"resume_exact": "not_killed"}
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    subprocess.run([*cmd, "--run-dir", str(killed), "--resume", "auto", *args], check=True, env=env,
+                   capture_output=True, timeout=240)
+    a, b = final_weights(tmp / "whole"), final_weights(killed)
+    return {"resume_exact": a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)}
+
+
+def lrfind(device: str, steps: int) -> dict:
+    from ecotrain.lrfind import range_test
+
+    out = {}
+    for precision in ("fp16-mixed", "bf16-mixed"):
+        r = range_test(cfg(device, 100, precision=precision, **{"loop.grad_clip": 1.0}), steps, 1e-5, 1.0)
+        out[f"lrfind_{precision.split('-')[0]}"] = f"{r['suggestion']['lr']:.3g}"
+    return out
+
+
+def steps_per_second(device: str, steps: int, tmp: Path, name: str, **over) -> float:
+    """An MLP wide enough, in batches large enough, for matmuls to dominate the step on a GPU."""
+    from ecotrain import fit
+
+    width, batch = (4096, 1024) if device == "cuda" else (256, 100)
+    over = {"model.name": "mlp", "model.kwargs": f"{{hidden: [{width}, {width}]}}", "data.augment": "{}",
+            "data.batch_size": batch,
+            "ledger.energy": "off", "checkpoint.at_end": "false", "loop.eval_every": steps, **over}
+    r = fit(cfg(device, steps, **over), run_dir=tmp / name, quiet=True)
+    return r.summary["steps_per_second"]
+
+
+def tf32(device: str, steps: int, tmp: Path) -> dict:
+    was = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = steps_per_second(device, steps, tmp, "tf32-off")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        on = steps_per_second(device, steps, tmp, "tf32-on")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
+    return {"tf32_speedup": f"{on / off:.2f}"}
+
+
+def check_every(device: str, steps: int, tmp: Path) -> dict:
+    one = steps_per_second(device, steps, tmp, "check-1", **{"divergence.check_every": 1})
+    fifty = steps_per_second(device, steps, tmp, "check-50", **{"divergence.check_every": 50})
+    return {"check_every_speedup": f"{fifty / one:.2f}"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="run the checks on the CPU, shortened (tries the script)")
+    args = ap.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        print("RESULT cuda=absent")
+        return 0
+    device = "cpu" if args.cpu else "cuda"
+    short = args.cpu
+    results: dict = {"device": "cpu" if short else torch.cuda.get_device_name().replace(" ", "_")}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        checks = [
+            ("bf16", lambda: smoke(device, "bf16-mixed", 60 if short else 1500, tmp)),
+            ("fp16", lambda: smoke(device, "fp16-mixed", 60 if short else 1500, tmp)),
+            ("oom", lambda: oom(device, tmp)),
+            ("resume_exact", lambda: resume(device, 60 if short else 1200, tmp)),
+            ("lrfind", lambda: lrfind(device, 30 if short else 150)),
+            ("tf32", lambda: tf32(device, 20 if short else 400, tmp)),
+            ("check_every", lambda: check_every(device, 20 if short else 400, tmp)),
+        ]
+        for name, check in checks:
+            t0 = time.perf_counter()
+            try:
+                results.update(check())
+            except Exception as exc:  # one failed check must not stop the rest
+                traceback.print_exc()
+                print(f"{name}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+                results[name] = "error"
+            print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in results.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
