@@ -239,3 +239,14 @@ CASES += [
          ["run/ledger.json", "'cpu_seconds' is \"lots\"", "not a number"],
          both(trained_run(), edit_json("run/ledger.json", "cpu_seconds", "lots"))),
 ]
+
+
+# ---- file-system errors anywhere (the CLI's boundary, errors.os_error_line): one line naming the path asked for ----
+LONG = "y" * 300  # a name over the 255 bytes a file system allows
+CASES += [
+    Case("run_dir_under_proc", [*FIT, "--run-dir", "/proc/self/x"], 2, ["/proc/self/x", "No such file or directory",
+                                                                        "choose another path"]),
+    Case("report_out_name_too_long", ["report", "{tmp}/run", "--out", "{tmp}/" + LONG + ".html"], 2,
+         [LONG + ".html", "File name too long", "255 bytes a name"], trained_run()),
+    Case("lr_find_out_name_too_long", [*LR_FIND, "{tmp}/" + LONG + ".png"], 2, ["File name too long"]),
+]
