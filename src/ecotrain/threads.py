@@ -28,7 +28,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
@@ -40,7 +40,7 @@ CGROUP_MOUNT = Path("/sys/fs/cgroup")
 @dataclass(frozen=True)
 class ThreadChoice:
     threads: int
-    source: str  # "auto", "config" (threads: N) or "OMP_NUM_THREADS"
+    source: str  # "auto", "config" (threads: N), "OMP_NUM_THREADS" or "resume" (the checkpoint's, for exactness)
     cores: int  # the cores this process may use: min(affinity, quota)
     affinity: Optional[int]  # CPUs in this process's affinity mask
     quota: Optional[float]  # the cgroup CPU quota in CPUs; None: no quota
@@ -53,6 +53,9 @@ class ThreadChoice:
             return f"threads: {self.threads} in the config"
         if self.source == "OMP_NUM_THREADS":
             return f"OMP_NUM_THREADS={self.threads} set by the user"
+        if self.source == "resume":
+            return (f"{self.threads}, as when the checkpoint resumed from was saved (another count would change "
+                    f"the order of CPU reductions: the resume would not be bit-exact); {self.cores} usable cores")
         parts = [f"affinity {self.affinity}" if self.affinity is not None else "affinity unknown",
                  f"cgroup quota {self.quota:g} CPUs" if self.quota is not None else "no cgroup quota"]
         if self.local_ranks > 1:
@@ -203,12 +206,28 @@ def current(setting: Union[int, str] = "auto", workers: int = 0) -> ThreadChoice
     return choose(setting, workers)
 
 
+def recorded(checkpoint) -> Optional[int]:
+    """The thread count a checkpoint was saved with (its meta.json `env.threads`), or None."""
+    import json
+
+    try:
+        n = json.loads((Path(checkpoint) / "meta.json").read_text()).get("env", {}).get("threads")
+    except (OSError, ValueError, AttributeError):
+        return None  # unreadable here: the resume itself says so in one line
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
 @contextlib.contextmanager
-def for_fit(setting: Union[int, str] = "auto", workers: int = 0) -> Iterator[ThreadChoice]:
-    """torch's intra-op thread count for one fit() call, restored after."""
+def for_fit(setting: Union[int, str] = "auto", workers: int = 0, resume=None) -> Iterator[ThreadChoice]:
+    """torch's intra-op thread count for one fit() call, restored after. Resuming under `auto`, the
+    count the checkpoint was saved with: a load that changed since would otherwise change it, and a
+    different count sums CPU reductions in another order (the resume would not be bit-exact)."""
     import torch  # here only: the CLI imports this module before torch, to preset OMP_NUM_THREADS
 
     choice = current(setting, workers)
+    saved = recorded(resume) if resume is not None and choice.source == "auto" else None
+    if saved is not None and saved != choice.threads:
+        choice = replace(choice, threads=saved, source="resume")
     before = torch.get_num_threads()
     if choice.threads != before:
         torch.set_num_threads(choice.threads)

@@ -65,7 +65,7 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()
     with (preemption, deterministic_algorithms(config.deterministic),  # the handler first: set-up is slow
-          threads.for_fit(config.threads, config.data.workers) as opts.threads):
+          threads.for_fit(config.threads, config.data.workers, opts.resume) as opts.threads):
         seed_everything(config.seed)
         dist = distributed.setup(config, resolve_device(config.device))
         try:

@@ -115,3 +115,28 @@ def test_the_cgroup_override_variable_simulates_a_quota(tmp_path):
     out = subprocess.run([sys.executable, "-c", PRINT_CHOICE], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["1", "1"]
+
+
+def test_a_resume_under_auto_keeps_the_checkpoints_thread_count(tmp_path, monkeypatch):
+    """Exact resume: the load may have changed since the checkpoint was saved; auto must not change
+    the count (another count sums CPU reductions in another order)."""
+    import json
+
+    import torch
+
+    from ecotrain import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    ckpt = tmp_path / "step-00000004"
+    ckpt.mkdir()
+    (ckpt / "meta.json").write_text(json.dumps({"env": {"threads": 3}}))
+    before = torch.get_num_threads()
+    with threads.for_fit("auto", 0, resume=ckpt) as choice:
+        assert choice.threads == 3 and choice.source == "resume" and torch.get_num_threads() == 3
+        assert "as when the checkpoint resumed from was saved" in choice.why()
+    assert torch.get_num_threads() == before
+    with threads.for_fit(2, 0, resume=ckpt) as choice:  # an explicit count still wins
+        assert choice.threads == 2 and choice.source == "config"
+    (ckpt / "meta.json").write_text("{not json")
+    assert threads.recorded(ckpt) is None and threads.recorded(tmp_path / "nowhere") is None
