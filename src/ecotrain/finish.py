@@ -45,6 +45,7 @@ class Summary:
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
+    gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak (torch.cuda.max_memory_allocated)
     methods: dict = field(default_factory=dict)  # each method's own figures, by key
     metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
 
@@ -116,7 +117,15 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         padding_ratio=run.facts.get("padding_ratio"),
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
+        gpu_peak_memory_bytes=gpu_peak_memory(state.device),
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
+
+
+def gpu_peak_memory(device) -> Optional[int]:
+    """The CUDA allocator's peak on `device` since the process started (None off CUDA)."""
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.max_memory_allocated(device))
 
 
 def write_ledger(run: Run) -> None:

@@ -88,7 +88,9 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
     inductor_prev = getattr(inductor, "deterministic", None) if inductor is not None else None
     try:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-        _set_flags(True, warn_only=True)
+        # an op with no deterministic kernel fails at the first step (nondeterministic_error says which
+        # and what to do) instead of warning while the resume promises exactness
+        _set_flags(True, warn_only=False)
         _set_fill(False)  # the NaN fill of every new tensor costs a few % per step (module doc)
         if inductor is not None:
             inductor.deterministic = True
@@ -104,3 +106,21 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
+
+
+NO_DETERMINISTIC_KERNEL = " does not have a deterministic implementation"
+
+
+def nondeterministic_error(exc: BaseException):
+    """torch's error for an op without a deterministic kernel under `deterministic: true`, as one line
+    (a ConfigError naming the op and the two ways on), or None for any other error."""
+    from ecotrain.errors import ConfigError
+
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or NO_DETERMINISTIC_KERNEL not in text:
+        return None
+    head = text.split(NO_DETERMINISTIC_KERNEL)[0].split()
+    op = head[-1] if head else "an op"
+    return ConfigError(f"deterministic: true, but {op} has no deterministic kernel on this device, so the run "
+                       "(and its resume) could not be exact; set deterministic: false (runs and resumes then "
+                       "differ in the last bits), or use another op or device")

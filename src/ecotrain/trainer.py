@@ -20,7 +20,7 @@ from ecotrain.config import Config
 from ecotrain.device import resolve_device
 from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
-from ecotrain.seeding import deterministic_algorithms, seed_everything
+from ecotrain.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.state import TrainState
 
 
@@ -70,8 +70,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         dist = distributed.setup(config, resolve_device(config.device))
         try:
             return _fit(config, dist, parts, opts, preemption)
-        except RuntimeError as exc:  # a dead peer or a timed-out collective: one clear line
-            err = distributed.collective_error(exc, dist)
+        except RuntimeError as exc:  # a dead peer or a timed-out collective, an op with no deterministic kernel
+            err = distributed.collective_error(exc, dist) or nondeterministic_error(exc)
             if err is None:
                 raise
             raise err from None

@@ -124,3 +124,28 @@ def test_same_device_treats_plain_cuda_as_the_current_device():
     assert not same_device(CUDA0, CUDA, current=1) and same_device(CUDA1, CUDA, current=1)
     assert same_device(torch.device("cpu"), torch.device("cpu"))
     assert not same_device(torch.device("cpu"), CUDA) and not same_device(CUDA0, CUDA1)
+
+
+def test_an_op_without_a_deterministic_kernel_is_one_line():
+    """Under deterministic: true, torch raises (no longer only warns) for such an op; the run stops at the
+    first step with one line naming the op and the two ways on."""
+    from ecotrain.errors import ConfigError
+    from ecotrain.seeding import deterministic_algorithms, nondeterministic_error
+
+    msg = ("ctc_loss_backward_gpu does not have a deterministic implementation, but you set "
+           "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation, or "
+           "you can use the 'warn_only=True' option, if that's acceptable for your application.")
+    err = nondeterministic_error(RuntimeError(msg))
+    assert isinstance(err, ConfigError) and "ctc_loss_backward_gpu has no deterministic kernel" in str(err)
+    assert "deterministic: false" in str(err) and "\n" not in str(err)
+    assert nondeterministic_error(RuntimeError("shape mismatch")) is None
+    assert nondeterministic_error(ValueError(msg)) is None
+    with deterministic_algorithms(True):  # raising, not warning (test_seeding.py checks every flag's restore)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def test_gpu_peak_memory_is_absent_off_cuda():
+    from ecotrain.finish import gpu_peak_memory
+
+    assert gpu_peak_memory(torch.device("cpu")) is None

@@ -83,7 +83,7 @@ NUMERIC_PATHS = frozenset("""
     flops.eval flops.eval_passes flops.eval_samples_per_pass flops.forward_per_sample flops.measured_step_flops
     flops.measured_step_samples flops.per_train_sample flops.remeasured flops.total flops.train samples segments
     steps data_wait_share oom_recoveries rollbacks samples_per_second samples_seen skipped_nonfinite_steps
-    steps_per_second train_seconds world_size contention.load contention.slowdown
+    steps_per_second train_seconds world_size contention.load contention.slowdown gpu_peak_memory_bytes
 """.split())
 
 

@@ -88,8 +88,12 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
 
 def environment(state) -> dict:
     """What, when it differs on resume, can break bit-exactness."""
-    return {"torch": torch.__version__, "device": state.device.type, "deterministic": state.config.deterministic,
-            "threads": torch.get_num_threads(), "world_size": state.dist.world_size}
+    env = {"torch": torch.__version__, "device": state.device.type, "deterministic": state.config.deterministic,
+           "threads": torch.get_num_threads(), "world_size": state.dist.world_size}
+    if state.device.type == "cuda":  # another GPU model or CUDA/cuDNN picks other kernels: a warning on resume
+        env.update(gpu=torch.cuda.get_device_name(state.device), cuda=torch.version.cuda,
+                   cudnn=torch.backends.cudnn.version())
+    return env
 
 
 def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_missing: bool = False) -> dict:
