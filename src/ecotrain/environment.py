@@ -124,6 +124,7 @@ def hardware() -> dict:
     if torch is not None:
         hw["torch_threads"] = torch.get_num_threads()
         hw["cuda"] = torch.version.cuda
+        hw["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)  # as the run had it (config `tf32`)
         gpus = []
         try:
             if torch.cuda.is_available():

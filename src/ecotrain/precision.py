@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from typing import Optional
 
 import torch
 
@@ -70,3 +71,28 @@ class Precision:
         if self.scaler and sd.get("scaler"):
             self.scaler.load_state_dict(sd["scaler"])
         self.skipped_steps = sd.get("skipped_steps", 0)
+
+
+def use_tf32(setting: str, device_type: str, capability: Optional[tuple], precision: str) -> bool:
+    """Whether fp32 matmuls and convolutions may use TF32 (config `tf32`): `on`/`off` as said; `auto`:
+    on for fp32 training on a CUDA GPU of compute capability 8.0 or more (Ampere and newer), the only
+    ones with TF32 units; off on CPU, older GPUs, and under bf16/fp16 autocast (already reduced)."""
+    if setting in ("on", "off"):
+        return setting == "on" and device_type == "cuda"
+    return device_type == "cuda" and precision == "fp32" and capability is not None and tuple(capability) >= (8, 0)
+
+
+@contextlib.contextmanager
+def tf32(setting: str, device, precision: str):
+    """torch's TF32 flags for one fit() call (`use_tf32`), restored after."""
+    if getattr(device, "type", None) != "cuda":
+        yield False
+        return
+    cap = torch.cuda.get_device_capability(device) if torch.cuda.is_available() else None
+    on = use_tf32(setting, "cuda", cap, precision)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+    try:
+        yield on
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -20,6 +20,7 @@ from ecotrain.config import Config
 from ecotrain.device import resolve_device
 from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
+from ecotrain.precision import tf32
 from ecotrain.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.state import TrainState
 
@@ -65,7 +66,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()
     with (preemption, deterministic_algorithms(config.deterministic),  # the handler first: set-up is slow
-          threads.for_fit(config.threads, config.data.workers, opts.resume) as opts.threads):
+          threads.for_fit(config.threads, config.data.workers, opts.resume) as opts.threads,
+          tf32(config.tf32, resolve_device(config.device), config.precision)):
         seed_everything(config.seed)
         dist = distributed.setup(config, resolve_device(config.device))
         try:

@@ -1,8 +1,11 @@
 """The CUDA paths' logic, checked on CPU: the GPU the ledger meters, fp16 clipping in lr-find, the
-OOM retry freeing the failed graph, speech inputs on the model's device, replay's device check."""
+OOM retry freeing the failed graph, speech inputs on the model's device, replay's device check,
+TF32's choice, a missing deterministic kernel."""
 
 import math
 import weakref
+
+import pytest
 
 import torch
 from torch import nn
@@ -149,3 +152,24 @@ def test_gpu_peak_memory_is_absent_off_cuda():
     from ecotrain.finish import gpu_peak_memory
 
     assert gpu_peak_memory(torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("setting,device,cap,precision,want", [
+    ("auto", "cuda", (8, 0), "fp32", True),   # Ampere: TF32 units
+    ("auto", "cuda", (9, 0), "fp32", True),   # Hopper
+    ("auto", "cuda", (7, 5), "fp32", False),  # Turing: none
+    ("auto", "cuda", (8, 0), "bf16-mixed", False),  # autocast already reduces the matmuls
+    ("auto", "cpu", None, "fp32", False),
+    ("on", "cuda", (7, 0), "fp32", True), ("off", "cuda", (9, 0), "fp32", False), ("on", "cpu", None, "fp32", False)])
+def test_tf32_decision(setting, device, cap, precision, want):
+    from ecotrain.precision import use_tf32
+
+    assert use_tf32(setting, device, cap, precision) is want
+
+
+def test_tf32_flags_untouched_off_cuda():
+    from ecotrain.precision import tf32
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    with tf32("on", torch.device("cpu"), "fp32") as on:
+        assert on is False and torch.backends.cuda.matmul.allow_tf32 == before
