@@ -15,7 +15,7 @@ import torch
 from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
-from ecotrain.memory import recover_from_oom
+from ecotrain.memory import is_oom, recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
 
 
@@ -72,7 +72,9 @@ def train_step(state, batch, cbs) -> None:
             state.loss, state.loss_parts = loss.detach(), None
         else:
             state.loss = backward_micro_batches(state, batch, n_micro)
-    except torch.OutOfMemoryError as exc:  # retry in smaller micro-batches, same maths (memory.py)
+    except (torch.OutOfMemoryError, RuntimeError) as exc:  # retry in smaller micro-batches, same maths (memory.py)
+        if not is_oom(exc):  # cuBLAS/cuDNN allocation failures are OOM too; any other error is not
+            raise
         loss = None  # the failed graph and its activations go before the retry, not after it
         state.loss = recover_from_oom(state, batch, n_micro, exc, backward_micro_batches)
     state.skip_step = False

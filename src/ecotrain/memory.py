@@ -30,6 +30,16 @@ from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
 
 
+# cuBLAS and cuDNN report a failed allocation as a plain RuntimeError, not torch.OutOfMemoryError
+ALLOC_FAILED = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUDA out of memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error of any origin: torch's allocator, or cuBLAS/cuDNN's own workspace."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in ALLOC_FAILED))
+
+
 class OutOfMemory(EcotrainError):
     """A step ran out of memory even at the smallest micro-batch allowed."""
 
@@ -160,5 +170,7 @@ def recover_from_oom(state, batch, n_micro: int, exc: BaseException, run: Callab
         state.counters.oom_recoveries += 1
         try:
             return run(state, batch, n_micro)
-        except torch.OutOfMemoryError as again:
+        except (torch.OutOfMemoryError, RuntimeError) as again:
+            if not is_oom(again):
+                raise
             exc = again

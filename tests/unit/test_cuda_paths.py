@@ -173,3 +173,33 @@ def test_tf32_flags_untouched_off_cuda():
     before = torch.backends.cuda.matmul.allow_tf32
     with tf32("on", torch.device("cpu"), "fp32") as on:
         assert on is False and torch.backends.cuda.matmul.allow_tf32 == before
+
+
+class CublasAllocFailsOnce(nn.Module):
+    """The first training forward fails the way cuBLAS reports a failed workspace allocation: a plain
+    RuntimeError, not torch.OutOfMemoryError."""
+
+    def __init__(self, message: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        self.message, self.calls = message, 0
+
+    def forward(self, x):
+        if self.training and torch.is_grad_enabled():
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError(self.message)
+        return self.net(x)
+
+
+def test_cublas_and_cudnn_allocation_failures_are_recovered_as_oom(tiny_cfg, tmp_path):
+    from ecotrain.memory import is_oom
+
+    msg = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    r = fit(tiny_cfg(**{"loop.max_steps": 3}), model=CublasAllocFailsOnce(msg), run_dir=tmp_path / "a")
+    assert r.summary["oom_recoveries"] == 1 and r.summary["micro_batches"] == 2
+    assert is_oom(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED")) and not is_oom(RuntimeError("shape"))
+    with pytest.raises(RuntimeError, match="mat1 and mat2"):  # any other RuntimeError is not retried
+        fit(tiny_cfg(**{"loop.max_steps": 3}), model=CublasAllocFailsOnce("mat1 and mat2 shapes cannot be"),
+            run_dir=tmp_path / "b")
