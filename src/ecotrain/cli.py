@@ -379,8 +379,9 @@ def _failed(args, line: str, code: int, debug: bool) -> int:
         has_run = str(run) not in ("", ".") and run.is_dir()
     except OSError:
         has_run = False
+    trained = has_run and args.command in TRAINS  # a command that only reads a run never writes into it
     log_path = None
-    for folder in ([run] if has_run else []) + [_cache_folder()]:
+    for folder in ([run] if trained else []) + [_cache_folder()]:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with open(folder / "error.log", "a") as f:
@@ -392,7 +393,7 @@ def _failed(args, line: str, code: int, debug: bool) -> int:
     if debug:
         print(text, file=sys.stderr, end="")
     tail = ""
-    if has_run and (run / "checkpoints").is_dir():
+    if trained and (run / "checkpoints").is_dir():
         from ecotrain.checkpoint import list_checkpoints
 
         ckpts = list_checkpoints(run)  # newest first

@@ -114,10 +114,12 @@ def test_damaged_run_files(finished, name, how, key, value, cut, command, capsys
     else:
         p.write_bytes(raw[:cut])
     before = {q.name: q.read_bytes() for q in d.iterdir() if q.is_file()}
+    names = sorted(q.name for q in d.iterdir())
     args = {"compare": ["compare", d, d], "report": ["report", d, "--out", d.parent / "r.html"],
             "ledger": ["ledger", d]}[command]
     code, err = run(capsys, *args)
     contract(code, err, allowed=(0, 1, 2) if command == "compare" else (0, 2))
     after = {q.name: q.read_bytes() for q in d.iterdir() if q.is_file() and q.name in before}
     assert after == before  # reading never changes a run's files
+    assert sorted(q.name for q in d.iterdir()) == names  # nor adds one (an error.log goes to the cache folder)
     assert not [q for q in Path(d.parent).glob(".*tmp*")]  # no debris
