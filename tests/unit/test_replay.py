@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from ecotrain import fit
 from ecotrain.errors import ConfigError
 from ecotrain.methods.replay import balanced, example_weights, load_buffer, reservoir
+from tests.helpers.steps import step_grads
 
 
 def _stream(n_old, seen, new, size, seed):
@@ -94,25 +95,6 @@ def test_bad_from_is_one_line(tiny_cfg, tmp_path):
         fit(_cfg(tiny_cfg, [{"name": "replay", "from": str(tmp_path / "nope")}]), run_dir=tmp_path / "r")
 
 
-def _step_grads(model, method, batch, accumulate, **state):
-    """Gradients of one training step through the loop's own backward (the Objective adds the method's terms)."""
-    from types import SimpleNamespace
-
-    from ecotrain.distributed import Dist
-    from ecotrain.loop import backward_micro_batches
-    from ecotrain.methods import Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
-    from ecotrain.task import ClassificationTask
-
-    model.zero_grad()
-    st = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
-                         objective=Objective(ClassificationTask(), Methods([method])), task=ClassificationTask(),
-                         device=torch.device("cpu"), **state)
-    backward_micro_batches(st, batch, accumulate)
-    return [p.grad.clone() for p in model.parameters()], st.loss_parts
-
-
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_replay_term_trains_the_model_not_only_the_log(tiny_cfg, accumulate):
     """The step's gradient is that of CE(batch) + weight * weighted CE(replay rows), once per step
@@ -130,7 +112,7 @@ def test_replay_term_trains_the_model_not_only_the_log(tiny_cfg, accumulate):
     m.rows = 6
     model = nn.Linear(4, 3).double()
     x, y = torch.randn(8, 4, dtype=torch.double), torch.randint(0, 3, (8,))
-    got, parts = _step_grads(model, m, (x, y), accumulate, epoch=1, batch_in_epoch=1)
+    got, parts = step_grads(model, m, (x, y), accumulate, epoch=1, batch_in_epoch=1)
 
     idx = m.replay_indices(1, 1)
     rx, ry, rw = m.buffer.x[idx], m.buffer.y[idx], m.buffer.weight[idx].double()

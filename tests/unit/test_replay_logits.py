@@ -17,6 +17,7 @@ from ecotrain.distributed import Dist
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.replay import Buffer, Replay, load_buffer, model_logits
 from tests.unit.test_methods import SigtermAt
+from tests.helpers.steps import step_grads
 
 
 def _cfg(tiny_cfg, methods, steps=12, **over):
@@ -26,22 +27,6 @@ def _cfg(tiny_cfg, methods, steps=12, **over):
 
 def _logged(run, key):
     return [json.loads(x)[key] for x in (run / "metrics.jsonl").read_text().splitlines() if f'"{key}"' in x]
-
-
-def _step_grads(model, method, batch, accumulate, **state):
-    """One training step's gradients through the loop's own backward (the Objective adds the terms)."""
-    from ecotrain.loop import backward_micro_batches
-    from ecotrain.methods import Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
-    from ecotrain.task import ClassificationTask
-
-    model.zero_grad()
-    st = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
-                         objective=Objective(ClassificationTask(), Methods([method])), task=ClassificationTask(),
-                         device=torch.device("cpu"), **state)
-    backward_micro_batches(st, batch, accumulate)
-    return [p.grad.clone() for p in model.parameters()], st.loss_parts
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -56,7 +41,7 @@ def test_the_logit_term_trains_the_model(tiny_cfg, accumulate):
     m.rows = 6
     model = nn.Linear(4, 3).double()
     x, y = torch.randn(8, 4, dtype=torch.double), torch.randint(0, 3, (8,))
-    got, parts = _step_grads(model, m, (x, y), accumulate, epoch=1, batch_in_epoch=1)
+    got, parts = step_grads(model, m, (x, y), accumulate, epoch=1, batch_in_epoch=1)
 
     idx = m.replay_indices(1, 1)
     rx, ry, z = m.buffer.x[idx], m.buffer.y[idx], m.buffer.logits[idx].double()
