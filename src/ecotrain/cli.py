@@ -413,8 +413,13 @@ def _user_frame(exc: BaseException) -> str:
     here = Path(__file__).resolve().parent
     libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        path = Path(frame.filename).resolve()
-        if frame.filename.startswith("<") or path.is_relative_to(here) or any(path.is_relative_to(p) for p in libs):
+        if frame.filename.startswith("<"):
+            continue
+        try:
+            path = Path(frame.filename).resolve()
+        except (OSError, RuntimeError):  # a loop of links: not a frame to name
+            continue
+        if path.is_relative_to(here) or any(path.is_relative_to(p) for p in libs):
             continue
         return f" in your code at {path.name}:{frame.lineno} ({frame.name})"
     return ""

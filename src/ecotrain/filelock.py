@@ -44,8 +44,11 @@ def try_lock(fd: int) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
-    os.ftruncate(fd, 0)  # ours now: a regular file opened without following links
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    try:  # ours now: a regular file opened without following links
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except OSError:
+        pass  # a full disk: the lock holds without the pid a waiter's message would name
     return True
 
 

@@ -123,7 +123,7 @@ class RunFolder:
             for name in self.replace:  # --overwrite: the old run's files go, nothing else
                 p = self.path / name
                 # a link goes, never what it points to: that may be the user's folder elsewhere
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
             self.path.mkdir(parents=True, exist_ok=True)
             write_config(self.path, config_dict)
             if metrics_offset is not None:

@@ -36,15 +36,20 @@ ROUTER_SAMPLE = 256  # inputs per version kept for the router: enough for a line
 BASE = "(base)"  # the router's class for what the base version serves
 
 
-def write_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
-    """folder/router.safetensors: up to ROUTER_SAMPLE rows of `x` (seeded), for a version's files."""
-    from safetensors.torch import save_file
-
+def router_sample(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Up to ROUTER_SAMPLE rows of `x` (seeded): the examples a version keeps for the router."""
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(x), generator=g)[:ROUTER_SAMPLE].sort().values
+    return x[idx].float().contiguous()
+
+
+def write_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
+    """folder/router.safetensors: `router_sample(x, seed)`, for a version's files."""
+    from safetensors.torch import save_file
+
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / ROUTER_FILE
-    save_file({"x": x[idx].float().contiguous()}, str(path))
+    save_file({"x": router_sample(x, seed)}, str(path))
     return path
 
 
@@ -76,11 +81,10 @@ class Deployment:
             raise ConfigError(f"{base} serves cohort {idx['versions'][base]['cohort']}; give the base version "
                               "(`current`) and pick the cohort with --cohort")
         reg.read_meta(base)  # verified (manifest, checksums) before its files are read
-        cohorts = dict(idx["cohorts"])
-        models = {}
-        for c, name in cohorts.items():
-            reg.read_meta(name)
-            models[c] = load_version_model(reg, name)
+        # a cohort's version was trained on a base: after `current` moved (a rollback, a promotion) the
+        # versions made on another base are not served (the base reads their cohort) until re-made on it
+        cohorts = {c: n for c, n in idx["cohorts"].items() if reg.read_meta(n).get("parent") == base}
+        models = {c: load_version_model(reg, n) for c, n in cohorts.items()}
         samples = {BASE: _router_sample(reg, base), **{c: _router_sample(reg, n) for c, n in cohorts.items()}}
         if candidate is not None:
             c, models[c], samples[c] = candidate
@@ -107,6 +111,8 @@ class Deployment:
 
     def proba(self, x: torch.Tensor, routes: Sequence[Optional[str]]) -> torch.Tensor:
         """Class probabilities, each example read by the model of its route."""
+        if len(x) == 0:
+            raise DataError("no examples to serve (the data holds 0 rows)")
         out = None
         for r in set(routes):
             idx = torch.tensor([i for i, q in enumerate(routes) if q == r], dtype=torch.long)

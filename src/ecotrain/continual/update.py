@@ -322,7 +322,7 @@ def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
 def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
                        drift, label_report, y_train, summary, x_train=None, averaged=None) -> Outcome:
     from ecotrain.checkpoint.format import load_state_dict_file
-    from ecotrain.continual.serve import ROUTER_FILE, Deployment, write_router_sample
+    from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
 
     slices = [*holdout, recent]
     if opts.cohort is None:
@@ -330,7 +330,9 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
     else:  # the deployment before and after, as predict serves it
         seed = cfg.seed
         before = Deployment.load(reg, base, seed=seed)
-        after = Deployment.load(reg, base, candidate=(opts.cohort, cand, x_train), seed=seed)
+        # the router's examples of this version as predict will have them: the stored sample, not all of x
+        after = Deployment.load(reg, base, candidate=(opts.cohort, cand, router_sample(x_train, seed)), seed=seed)
+        cohorts_gated = dict(reg.index()["cohorts"])  # what the gate served; promoted only if still so
         base_m, cand_m = served_metrics(before, slices, opts.cohort), served_metrics(after, slices, opts.cohort)
     ok, reason = decide(base_m["tasks"], cand_m["tasks"], [s.name for s in holdout], recent.name, opts.policy)
     ancestors = lineage(reg, base)
@@ -365,7 +367,11 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
     verdict = {"ok": ok, "reason": reason}
 
     def settle(idx: dict, name: str) -> None:
-        if ok and idx["current"] == base:
+        if ok and opts.cohort is not None and idx["cohorts"] != cohorts_gated:
+            verdict.update(ok=False, reason=f"candidate: passed the gate as served, but cohort versions changed "
+                           f"meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
+            reg.set_status(idx, name, "candidate", verdict["reason"])
+        elif ok and idx["current"] == base:
             reg.make_current(idx, name, reason)
         elif ok:
             verdict.update(ok=False, reason=f"candidate: passed the gate against {base}, but `current` moved to "
