@@ -128,34 +128,18 @@ class Deployment:
 # -- the commands -----------------------------------------------------------------------------------
 def read_requests(path: Path, meta: dict, cohort: Optional[str]):
     """(x, y or None, per-row cohorts or None) of an .npz: `x` (the version's input shape), optional `y`
-    and integer `cohort`; `--cohort` overrides the column for every row."""
-    from ecotrain.continual.update import load_npz
+    and integer `cohort`, checked as `update` checks NEW_DATA; `--cohort` overrides the column."""
+    from ecotrain.continual.update import checked_cohort, checked_labels, checked_x, load_npz
 
     arrays = load_npz(path, "give an .npz with x (and optionally y and an integer cohort per row)")
     if "x" not in arrays:
         raise DataError(f"{path}: missing array 'x' (found {sorted(arrays)})")
-    x = arrays["x"]
-    if x.dtype.kind not in "biuf" or tuple(x.shape[1:]) != tuple(meta["input_shape"]):
-        raise DataError(f"{path}: 'x' must be numbers with samples of shape {tuple(meta['input_shape'])} (got "
-                        f"{x.dtype}, {tuple(x.shape[1:])})")
-    x = torch.from_numpy(x.astype("float32"))
-    if not bool(torch.isfinite(x).all()):
-        raise DataError(f"{path}: 'x' holds NaN/Inf; clean or impute it")
-    y = None
-    if "y" in arrays:
-        y_ = arrays["y"]
-        if y_.dtype.kind not in "iu" or y_.shape != (len(x),) or (len(y_) and not 0 <= y_.min() <= y_.max()
-                                                                   < meta["num_classes"]):
-            raise DataError(f"{path}: 'y' must be one class id (0 to {meta['num_classes'] - 1}) per row of 'x'")
-        y = torch.from_numpy(y_.astype("int64"))
+    x = checked_x(arrays, "x", meta["input_shape"], path)
+    y = checked_labels(arrays, "y", len(x), None, meta["num_classes"], path) if "y" in arrays else None
     if cohort is not None:
         return x, y, [str(cohort)] * len(x)
-    c = arrays.get("cohort")
-    if c is None:
-        return x, y, None
-    if c.dtype.kind not in "iu" or c.shape != (len(x),):
-        raise DataError(f"{path}: 'cohort' must be one integer cohort key per row of 'x'")
-    return x, y, [str(int(v)) for v in c]
+    c = checked_cohort(arrays, "cohort", len(x), path)
+    return x, y, None if c is None else [str(int(v)) for v in c]
 
 
 def _serve(registry, version: str, data: str, cohort: Optional[str]):

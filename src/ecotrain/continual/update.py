@@ -82,6 +82,42 @@ def load_npz(path: Path, what: str) -> dict:
         raise DataError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
 
 
+def checked_x(arrays: dict, key: str, input_shape: tuple, path: Path) -> torch.Tensor:
+    """An .npz's inputs: numbers, the model's sample shape, finite; float32."""
+    x = arrays[key]
+    if x.dtype.kind not in "biuf":
+        raise DataError(f"{path}: '{key}' must be numbers, got dtype {x.dtype}")
+    x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    if tuple(x.shape[1:]) != tuple(input_shape):
+        raise DataError(f"{path}: '{key}' has samples of shape {tuple(x.shape[1:])}, the base model takes "
+                        f"{tuple(input_shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise DataError(f"{path}: '{key}' holds NaN/Inf; clean or impute it")
+    return x
+
+
+def checked_labels(arrays: dict, key: str, rows: int, label_map: Optional[dict], num_classes: int, path: Path,
+                   xk: str = "x") -> torch.Tensor:
+    """An .npz's labels (normalised: labels.py): one per row, each a class of the model."""
+    y = normalise(arrays[key], label_map, f"{path} '{key}'")
+    if len(y) != rows:
+        raise DataError(f"{path}: '{xk}' has {rows} rows but '{key}' {len(y)}")
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise DataError(f"{path}: '{key}' holds class {int(y.max()) if int(y.min()) >= 0 else int(y.min())}; "
+                        f"the base model has {num_classes} classes (0 to {num_classes - 1})")
+    return y
+
+
+def checked_cohort(arrays: dict, key: str, rows: int, path: Path, xk: str = "x") -> Optional[torch.Tensor]:
+    """An .npz's optional cohort column: one integer key per row, or None."""
+    c = arrays.get(key)
+    if c is None:
+        return None
+    if c.dtype.kind not in "iu" or c.shape != (rows,):
+        raise DataError(f"{path}: '{key}' must be one integer cohort key per row of '{xk}'")
+    return torch.from_numpy(c.astype(np.int64))
+
+
 def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num_classes: int):
     """(x, y, cohort, test) with test = (x_test, y_test, cohort_test) or None; every check one line."""
     arrays = load_npz(path, "NEW_DATA is an .npz with x and y (and optionally x_test, y_test, cohort)")
@@ -90,27 +126,9 @@ def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num
             raise DataError(f"{path}: missing array '{key}' (found {sorted(arrays)})")
 
     def part(xk, yk, ck):
-        x = arrays[xk]
-        if x.dtype.kind not in "biuf":
-            raise DataError(f"{path}: '{xk}' must be numbers, got dtype {x.dtype}")
-        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        if tuple(x.shape[1:]) != tuple(input_shape):
-            raise DataError(f"{path}: '{xk}' has samples of shape {tuple(x.shape[1:])}, the base model takes "
-                            f"{tuple(input_shape)}")
-        if not bool(torch.isfinite(x).all()):
-            raise DataError(f"{path}: '{xk}' holds NaN/Inf; clean or impute it")
-        y = normalise(arrays[yk], label_map, f"{path} '{yk}'")
-        if len(y) != len(x):
-            raise DataError(f"{path}: '{xk}' has {len(x)} rows but '{yk}' {len(y)}")
-        if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-            raise DataError(f"{path}: '{yk}' holds class {int(y.max()) if int(y.min()) >= 0 else int(y.min())}; "
-                            f"the base model has {num_classes} classes (0 to {num_classes - 1})")
-        c = arrays.get(ck)
-        if c is not None:
-            if c.dtype.kind not in "iu" or c.shape != (len(x),):
-                raise DataError(f"{path}: '{ck}' must be one integer cohort key per row of '{xk}'")
-            c = torch.from_numpy(c.astype(np.int64))
-        return x, y, c
+        x = checked_x(arrays, xk, input_shape, path)
+        return x, checked_labels(arrays, yk, len(x), label_map, num_classes, path, xk), \
+            checked_cohort(arrays, ck, len(x), path, xk)
 
     x, y, c = part("x", "y", "cohort")
     if len(x) == 0:
