@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
+    pl.add_argument("--budget", metavar="BYTES", help="measure plans (checkpointing, micro-batches) for this much "
+                    "memory, e.g. 2GiB, and print the one fit would pick (memory.budget; docs/memory.md)")
+    pl.add_argument("--out", metavar="HTML", help="with --budget: also write the measurements and the Pareto front "
+                    "(memory vs step time) as a page")
     r = sub.add_parser("resume", help="continue a run from its newest valid checkpoint")
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", help="dotted overrides (need --allow-config-change)")
@@ -94,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
                         "version, the learned router (docs/updates.md); --data is one .npz")
         p_.add_argument("--cohort", help="with --registry: the cohort of every request (default: the .npz's "
                         "integer `cohort` column, else the router decides)")
+        p_.add_argument("--domain", help="a model trained with batchnorm policy domain: that domain's BatchNorm "
+                        "statistics for every sample (unknown: the pre-trained ones; default: the .npz's `domain` "
+                        "column, else the run's own domain)")
     bn = sub.add_parser("bn-report", help="print a run's BatchNorm report (methods: [{name: batchnorm}])")
     bn.add_argument("run_dir")
     rp = sub.add_parser("report", help="write report.html: learning curves, a fit diagnosis, cost, environment; "
@@ -118,6 +125,7 @@ COMMAND_MODULES: list[str] = [
     "ecotrain.lrfind",  # lr-find: the LR range test
     "ecotrain.continual.commands",  # update, versions, promote, rollback, review-queue (docs/updates.md)
     "ecotrain.speech.commands",  # data speech-digits, speech-feedback (docs/speech.md)
+    "ecotrain.green.commands",  # green: the cheapest recipe within a tolerance (docs/green.md)
 ]
 
 
@@ -205,9 +213,26 @@ def cmd_plan(args) -> int:
     from ecotrain.config import load_config
     from ecotrain.plan import format_plan, make_plan
 
-    cfg = load_config(args.recipe, args.overrides)
+    budget = [f"memory.budget={args.budget}"] if args.budget else []
+    cfg = load_config(args.recipe, [*args.overrides, *budget])
+    if args.out and cfg.memory.budget is None:
+        raise ConfigError("plan --out: needs --budget (the page shows the plans measured for it)")
     print(format_plan(cfg, *make_plan(cfg)))
-    return 0
+    if cfg.memory.budget is None:
+        return 0
+    from ecotrain import threads
+    from ecotrain.memplan import format_search
+    from ecotrain.memplan_measure import run_search
+
+    with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
+        search = run_search(cfg)
+    batch = cfg.data.batch_size * cfg.loop.accumulate
+    print(format_search(search, batch))
+    if args.out:
+        from ecotrain.report.memory import write_page
+
+        print(f"page: {write_page(search.record(batch), args.out, cfg.name)}")
+    return 0 if search.chosen else 1
 
 
 def cmd_ledger(args) -> int:
@@ -250,10 +275,15 @@ def cmd_eval(args) -> int:
               + ", ".join(f"{v} {r['samples']} at {r['accuracy']:.4f}" for v, r in record["routes"].items()) + ")")
         print(f"wrote {path}")
         return 0
-    record, path = evaluate(args.target, args.data, args.split, args.out)
+    record, path = evaluate(args.target, args.data, args.split, args.out, domain=args.domain)
     for k, v in record.items():
         if isinstance(v, float):
             print(f"{record['split']}_{k}: {v:.4f}")
+    for key, r in record.get("domains", {}).items():  # an .npz domain column: each domain's own figures
+        print(f"domain {key}: accuracy {r.get('accuracy', float('nan')):.4f} ({r['samples']} samples, "
+              f"{r['bn_statistics']} statistics)")
+    if "domain" in record:
+        print(f"domain {record['domain']}: {record['bn_statistics']} BatchNorm statistics")
     print(f"samples: {record['samples']} ({record['split']}, eval mode)")
     print(f"wrote {path}")
     return 0
@@ -265,6 +295,8 @@ def _registry_served(args) -> bool:
         if args.cohort is not None:
             raise ConfigError("--cohort: only with --registry (a run folder is one model: nothing to route)")
         return False
+    if args.domain is not None:
+        raise ConfigError("--domain: not with --registry (a registry routes by --cohort); give a run folder")
     if len(args.data) != 1 or args.split:
         raise ConfigError("--registry: give --data ONE.npz (x, optional y and cohort), without --split")
     return True
@@ -280,7 +312,7 @@ def cmd_predict(args) -> int:
         print(f"wrote {rows} predictions to {path} (served by " + ", ".join(f"{v}: {n}" for v, n in counts.items())
               + ")")
         return 0
-    rows, path = predict(args.target, args.data, args.out, args.split)
+    rows, path = predict(args.target, args.data, args.out, args.split, domain=args.domain)
     print(f"wrote {rows} predictions to {path}")
     return 0
 
@@ -312,7 +344,7 @@ COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cm
 # worker with os._exit. An explicit record of what this process did, not an environment variable.
 _HARD_EXIT: list[int] = []
 _PREEMPTION = None  # the stop-signal handler main() installs first thing
-TRAINS = ("fit", "resume", "update")  # a stop signal finishes the step and checkpoints; the rest stop at once
+TRAINS = ("fit", "resume", "update", "green")  # a stop signal finishes the step and checkpoints; the rest stop at once
 
 
 def main(argv: list[str] | None = None) -> int:

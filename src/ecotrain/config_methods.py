@@ -26,9 +26,16 @@ class BatchNormConfig(_Section):
 
     name: Literal["batchnorm"]
     # train: the default (naive); freeze_stats: BN in eval mode, gamma/beta still train; recompute: exact
-    # statistics of the train data after training; groupnorm: BN -> GroupNorm; momentum: BN momentum set below
-    policy: Literal["train", "freeze_stats", "recompute", "groupnorm", "momentum"] = "train"
+    # statistics of the train data after training; groupnorm: BN -> GroupNorm; momentum: BN momentum set below;
+    # domain: running statistics per domain key, the pre-trained ones kept for every other domain
+    policy: Literal["train", "freeze_stats", "recompute", "groupnorm", "momentum", "domain"] = "train"
     momentum: Optional[float] = Field(None, gt=0, le=1)  # policy momentum only (required there); PyTorch's is 0.1
+    # policy domain: the domain key of this run's training data (required there), how its statistics are
+    # made (running: BN's running average of its batches; recompute: exact statistics of its data at the end),
+    # and earlier domains' statistics carried over from a run (folder or export.safetensors) trained so
+    domain: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    domain_stats: Literal["running", "recompute"] = "running"
+    domains_from: Optional[str] = None
     groups: Optional[int] = Field(None, gt=0)  # policy groupnorm only: groups per layer (default 32)
     recompute_batch_size: int = Field(256, gt=0)  # policy recompute: batch size of the statistics pass
     warn_gap: float = Field(0.05, ge=0, le=1)  # bn report: warn when eval- and train-mode val accuracy differ more
@@ -41,6 +48,12 @@ class BatchNormConfig(_Section):
             raise ValueError(f"momentum is set but policy is {self.policy}; use policy: momentum")
         if self.groups is not None and self.policy != "groupnorm":
             raise ValueError(f"groups is set but policy is {self.policy}; use policy: groupnorm")
+        if self.policy == "domain" and self.domain is None:
+            raise ValueError("policy domain needs the domain key of this run's data: domain: clinic_b")
+        if self.policy != "domain" and (self.domain is not None or self.domains_from is not None
+                                        or self.domain_stats != "running"):
+            raise ValueError(f"domain, domain_stats and domains_from are set but policy is {self.policy}; "
+                             "use policy: domain")
         return self
 
 

@@ -35,7 +35,9 @@ from torch import nn
 from ecotrain.config import Config, _merge, build_config, load_config, parse_overrides
 from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
+from ecotrain.data.sources import subset
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
+from ecotrain.methods.bn_domain import serving, use_domain
 from ecotrain.rundir import atomic_write
 
 SPLITS = ("test", "val", "train", "all")
@@ -282,43 +284,74 @@ def _write(path: Path, data: bytes, flag: str) -> None:
 
 
 def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out: Optional[str | Path] = None,
-             device: str = "auto") -> tuple[dict, Path]:
-    """Evaluate a run folder's or checkpoint's model in eval mode; write the metrics JSON. Returns (metrics, path)."""
+             device: str = "auto", domain: Optional[str] = None) -> tuple[dict, Path]:
+    """Evaluate a run folder's or checkpoint's model in eval mode; write the metrics JSON. Returns (metrics, path).
+    `domain`: the BatchNorm statistics of that domain (a model trained with `policy: domain`; an unknown
+    key gets the pre-trained ones); without it, an .npz's `domain` column routes each row to its own."""
     from ecotrain import loop
     from ecotrain.task import build_task
 
     trained = load_trained(target, device)
     src, split, label, _ = eval_data(trained, list(data), split)
+    stats, column = serving(trained, domain, list(data), split, len(src))
     path = Path(out) if out else trained.out_dir / f"eval-{trained.prefix}{label}.json"
     _writable(path, "--out")
     cfg = trained.config
     task = build_task(cfg, lm=trained.is_lm)
-    got = loop.evaluate(trained.model, src, task, cfg.data.batch_size * 4, trained.device, None, prefix="m")
-    metrics = {k.removeprefix("m_"): v for k, v in got.items()}
+    extra: dict = {}
+    if stats is not None and domain is not None:
+        extra = {"domain": domain, "bn_statistics": use_domain(trained.model, stats, domain)}
+    if column is None:
+        got = loop.evaluate(trained.model, src, task, cfg.data.batch_size * 4, trained.device, None, prefix="m")
+        metrics = {k.removeprefix("m_"): v for k, v in got.items()}
+    else:  # each domain's rows with its own statistics; loss and accuracy are sample means, so they combine
+        per = {}
+        for key in sorted(set(column.tolist())):
+            rows = torch.from_numpy(np.flatnonzero(column == key))
+            used = use_domain(trained.model, stats, key)
+            got = loop.evaluate(trained.model, subset(src, rows), task, cfg.data.batch_size * 4, trained.device,
+                                None, prefix="m")
+            per[key] = {"samples": len(rows), "bn_statistics": used, **{k.removeprefix("m_"): v for k, v in got.items()}}
+        metrics = {k: sum(r[k] * r["samples"] for r in per.values()) / len(src) for k in ("loss", "accuracy")
+                   if all(k in r for r in per.values())}
+        extra = {"domains": per}
     record = {"model": str(trained.source), "weights": trained.weights,
               "data": " ".join(data) if data else f"the run's own data ({cfg.data.name})", "split": split,
-              "samples": len(src), "mode": "eval", **metrics}
+              "samples": len(src), "mode": "eval", **metrics, **extra}
     _write(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
     return record, path
 
 
 @torch.inference_mode()
 def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] = None,
-            device: str = "auto") -> tuple[int, Path]:
+            device: str = "auto", domain: Optional[str] = None) -> tuple[int, Path]:
     """Class predictions and probabilities of every sample as CSV: index, prediction, label (when the
-    data has labels), prob_0 ... prob_{K-1}. Returns (rows, path)."""
+    data has labels), prob_0 ... prob_{K-1}. Returns (rows, path). `domain`: as `evaluate`'s."""
     path = _writable(Path(out), "--out")
     trained = load_trained(target, device)
     if trained.is_lm:
         raise ConfigError(f"predict: {target} is a language model; predict writes class probabilities of classifiers")
     src, split, _, labelled = eval_data(trained, list(data), split, need_labels=False)
+    stats, column = serving(trained, domain, list(data), split, len(src))
+    if stats is not None and domain is not None:
+        use_domain(trained.model, stats, domain)
     model, dev, bs = trained.model, trained.device, trained.config.data.batch_size * 4
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     n_cls = None
     for start in range(0, len(src), bs):
         x, y = src.take(torch.arange(start, min(start + bs, len(src))))
-        out_ = model(x.to(dev))
+        if column is None:
+            out_ = model(x.to(dev))
+        else:  # the batch's rows of each domain with that domain's statistics, put back in row order
+            keys = column[start:start + len(x)]
+            out_ = None
+            for key in sorted(set(keys.tolist())):
+                rows = torch.from_numpy(np.flatnonzero(keys == key))
+                use_domain(model, stats, key)
+                part = model(x[rows].to(dev))
+                out_ = part.new_empty((len(x), *part.shape[1:])) if out_ is None else out_
+                out_[rows.to(dev)] = part
         if out_.dim() != 2:
             raise ConfigError(f"predict: the model's output has shape {tuple(out_.shape)}, not (samples, classes)")
         probs = torch.softmax(out_.float(), -1).cpu()

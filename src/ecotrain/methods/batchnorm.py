@@ -19,6 +19,12 @@ accuracy drops while train-mode accuracy looks fine. `methods: [{name: batchnorm
   a ConfigError naming the layer.
 - `momentum`: every BN layer's momentum is set to `momentum` (`transform`): the running statistics
   move more slowly (PyTorch's default is 0.1).
+- `domain`: running statistics per domain key (methods/bn_domain.py). The run's data is domain
+  `domain`; its statistics start from the pre-trained ones (or that domain's, carried over by
+  `domains_from`) and are updated only by this run's batches (`domain_stats: running`) or recomputed
+  exactly on its training data at the end (`recompute`). The pre-trained statistics stay the
+  fallback for every other domain, and every weight, BN's affine included, is shared. The saved
+  model holds the run's domain's statistics; export.safetensors holds them all (`eval|predict --domain`).
 
 Why not `torch.optim.swa_utils.update_bn` for `recompute`: it puts the whole model in train mode, so
 dropout is on during the pass and the statistics are of activations eval mode never produces; and its
@@ -50,6 +56,7 @@ from torch import nn
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
+from ecotrain.methods.bn_domain import Stats, read_domains_file, read_stats, to_tensors, write_stats
 
 DEFAULT_GROUPS = 32
 _BN = nn.modules.batchnorm._BatchNorm
@@ -161,6 +168,12 @@ class BatchNormPolicy(Method):
         self.start: dict[str, dict[str, torch.Tensor]] = {}  # layer -> starting running mean / var
         self.micro_batch = 32  # set at fit start: the per-rank micro-batch training sees
         self.report: dict = {}
+        # policy domain: this run's key, how its statistics are made, the domains carried over from a run
+        self.domain, self.domain_stats = cfg.domain, cfg.domain_stats
+        self.carried: dict[str, Stats] = {}
+        self.carried_start: Optional[Stats] = None  # domains_from's pre-trained statistics
+        if cfg.domains_from:
+            self.carried_start, self.carried = read_domains_file(cfg.domains_from, "methods.batchnorm.domains_from")
 
     # -- hooks ----------------------------------------------------------------------------------
     def transform(self, model):
@@ -176,6 +189,9 @@ class BatchNormPolicy(Method):
         elif self.policy == "momentum":
             for m in layers.values():
                 m.momentum = self.momentum
+        elif self.policy == "domain":  # the fallback: domains_from's pre-trained statistics, else the model's
+            self.start = self.carried_start or self.start
+            write_stats(model, self.carried.get(self.domain, self.start), "methods.batchnorm.domains_from")
         self.layers = layers
         return model
 
@@ -197,9 +213,14 @@ class BatchNormPolicy(Method):
         if self.policy == "groupnorm":
             report["groups"] = self.groups
             report["groupnorm_layers"] = len(self.start)
-        if self.policy == "recompute":
+        if self.policy == "recompute" or (self.policy == "domain" and self.domain_stats == "recompute"):
             report["recomputed_on_samples"] = recompute_stats(model, data.train, self.recompute_batch_size, device)
         report["layers"] = self._shifts(layers)
+        if self.policy == "domain":
+            domains = {**self.carried, self.domain: read_stats(model)}
+            eps = {name: m.eps for name, m in layers.items()}
+            report.update(domain=self.domain, domain_stats=self.domain_stats, domains={
+                k: _stat_shifts(v, self.start, eps) for k, v in sorted(domains.items())})
         if data.val is not None:
             report.update(self._mode_accuracies(model, data.val, device))
         self.report = report
@@ -210,33 +231,37 @@ class BatchNormPolicy(Method):
                         f"{self.warn_gap}): inference will behave differently from training; {_why(gap, self.micro_batch)}"
                         "; see `ecotrain bn-report RUN` and docs/finetuning.md")
 
+    def export(self, model):
+        """Policy domain: the pre-trained and every domain's statistics (bn_domain.to_tensors)."""
+        if self.policy != "domain":
+            return None
+        return to_tensors(self.start, {**self.carried, self.domain: read_stats(model)})
+
     def summary(self) -> dict:
         return self.report or {"policy": self.policy}
 
     def state_dict(self) -> dict:
-        return {"policy": self.policy, "momentum": self.momentum, "groups": self.groups, "start": self.start}
+        sd = {"policy": self.policy, "momentum": self.momentum, "groups": self.groups, "start": self.start}
+        if self.policy == "domain":  # the run's own domain's statistics are the model's buffers
+            sd.update(domain=self.domain, carried=self.carried)
+        return sd
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("policy") != self.policy:
             log.warning(f"methods.batchnorm: the checkpoint's statistics were produced under policy "
                         f"{sd.get('policy')}, this run uses {self.policy}")
         self.start = {k: dict(v) for k, v in sd["start"].items()}
+        if self.policy == "domain" and sd.get("policy") == "domain":
+            if sd.get("domain") != self.domain:
+                raise ConfigError(f"methods.batchnorm.domain: the checkpoint trained domain '{sd.get('domain')}', "
+                                  f"this run's config says '{self.domain}'; resume with the same domain")
+            self.carried = {k: {n: dict(t) for n, t in v.items()} for k, v in (sd.get("carried") or {}).items()}
 
     # -- the report -----------------------------------------------------------------------------
     def _shifts(self, layers: dict[str, nn.Module]) -> dict:
-        out = {}
-        for name, m in layers.items():
-            s = self.start.get(name)
-            if s is None or m.running_mean is None:
-                continue
-            mean, var = m.running_mean.detach().double().cpu(), m.running_var.detach().double().cpu()
-            mean0, var0 = s["mean"].double().cpu(), s["var"].double().cpu()
-            eps = m.eps
-            shift = (mean - mean0).abs() / (var0 + eps).sqrt()
-            ratio = ((var + eps) / (var0 + eps)).log()
-            out[name] = {"channels": int(m.num_features), "mean_shift": round(float(shift.mean()), 4),
-                         "max_mean_shift": round(float(shift.max()), 4), "var_ratio": round(math.exp(float(ratio.mean())), 4)}
-        return out
+        live = {name: {"mean": m.running_mean, "var": m.running_var} for name, m in layers.items()
+                if m.running_mean is not None}
+        return _stat_shifts(live, self.start, {name: m.eps for name, m in layers.items()})
 
     def _mode_accuracies(self, model, val, device) -> dict:
         """Eval-mode vs train-mode validation accuracy; the train-mode pass runs the BN layers as training
@@ -267,6 +292,22 @@ class BatchNormPolicy(Method):
                 "warn_gap": self.warn_gap, "warned": abs(train_acc - eval_acc) > self.warn_gap}
 
 
+def _stat_shifts(stats: Stats, start: Stats, eps: dict[str, float]) -> dict:
+    """Per layer: the mean's shift from `start` in starting standard deviations, and the variance ratio."""
+    out = {}
+    for name, s in stats.items():
+        s0 = start.get(name)
+        if s0 is None:
+            continue
+        mean, var = s["mean"].detach().double().cpu(), s["var"].detach().double().cpu()
+        mean0, var0 = s0["mean"].double().cpu(), s0["var"].double().cpu()
+        shift = (mean - mean0).abs() / (var0 + eps[name]).sqrt()
+        ratio = ((var + eps[name]) / (var0 + eps[name])).log()
+        out[name] = {"channels": int(mean.numel()), "mean_shift": round(float(shift.mean()), 4),
+                     "max_mean_shift": round(float(shift.max()), 4), "var_ratio": round(math.exp(float(ratio.mean())), 4)}
+    return out
+
+
 def _why(gap: float, batch: int) -> str:
     if gap > 0:  # train mode better: the running statistics are not what the weights expect
         return "the running statistics have drifted from the batch statistics the weights were trained on (policy: " \
@@ -295,8 +336,34 @@ def read_report(run_dir) -> dict:
     return section
 
 
+def _layer_table(layers: dict) -> list[str]:
+    w = max(len("layer"), *(len(k) for k in layers))
+    lines = [f"{'layer':<{w}}  channels  mean_shift  max_mean_shift  var_ratio"]
+    for name, x in layers.items():
+        lines.append(f"{name:<{w}}  {x['channels']:>8}  {x['mean_shift']:>10.4f}  {x['max_mean_shift']:>14.4f}  "
+                     f"{x['var_ratio']:>9.4f}")
+    return lines
+
+
+def verdict(r: dict) -> str:
+    """The report's one-line conclusion from the eval- vs train-mode validation accuracy."""
+    if "val_accuracy_eval_mode" not in r:
+        return "verdict: not measured (no validation split, or not a classification task)"
+    gap, allowed = r["mode_gap"], r["warn_gap"]
+    if r.get("warned") and gap > 0:
+        return (f"verdict: eval-mode accuracy is {gap:.4f} below train-mode on the validation split: drift; try "
+                "recompute or domain statistics (docs/finetuning.md)")
+    if r.get("warned"):
+        return (f"verdict: train-mode accuracy (batch {r['train_mode_batch_size']}) is {-gap:.4f} below eval-mode on "
+                "the validation split: batch statistics that small are noisy, not drift; try freeze_stats or groupnorm "
+                "(docs/finetuning.md)")
+    return (f"verdict: no drift: eval-mode and train-mode accuracy on the validation split are within warn_gap "
+            f"{allowed} (gap {gap:+.4f})")
+
+
 def format_report(r: dict) -> str:
-    extra = {"momentum": "momentum", "groups": "groups", "recomputed_on_samples": "recomputed on"}
+    extra = {"momentum": "momentum", "groups": "groups", "domain": "domain", "domain_stats": "statistics",
+             "recomputed_on_samples": "recomputed on"}
     head = f"BatchNorm policy: {r.get('policy')}" + "".join(
         f", {label} {r[k]}" for k, label in extra.items() if k in r)
     lines = [head]
@@ -304,18 +371,15 @@ def format_report(r: dict) -> str:
         lines.append(f"{r['groupnorm_layers']} BatchNorm layers were swapped for GroupNorm: no running statistics")
     layers = r.get("layers") or {}
     if layers:
-        w = max(len("layer"), *(len(k) for k in layers))
-        lines.append(f"{'layer':<{w}}  channels  mean_shift  max_mean_shift  var_ratio")
-        for name, x in layers.items():
-            lines.append(f"{name:<{w}}  {x['channels']:>8}  {x['mean_shift']:>10.4f}  {x['max_mean_shift']:>14.4f}  "
-                         f"{x['var_ratio']:>9.4f}")
+        lines += _layer_table(layers)
         lines.append("(shift from the starting weights: mean_shift in starting standard deviations; var_ratio 1 = unchanged)")
+    for key, table in (r.get("domains") or {}).items():
+        lines.append(f"domain {key}{' (this run)' if key == r.get('domain') else ' (carried over)'}:")
+        lines += _layer_table(table) if table else ["(no layers)"]
+    if r.get("domains"):
+        lines.append("(domains: shift from the pre-trained statistics, which any other domain key is served with)")
     if "val_accuracy_eval_mode" in r:
         lines.append(f"validation accuracy: eval mode {r['val_accuracy_eval_mode']:.4f}, train mode "
                      f"{r['val_accuracy_train_mode']:.4f} (batch {r['train_mode_batch_size']}), gap {r['mode_gap']:+.4f}")
-        if r.get("warned"):
-            lines.append(f"warning: the gap is more than warn_gap {r['warn_gap']}: inference will behave differently "
-                         f"from training; {_why(r['mode_gap'], r['train_mode_batch_size'])} (docs/finetuning.md)")
-    else:
-        lines.append("validation accuracy: not measured (no validation split, or not a classification task)")
+    lines.append(verdict(r))
     return "\n".join(lines)
