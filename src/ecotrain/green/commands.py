@@ -1,0 +1,138 @@
+"""`ecotrain green RECIPE`: search, choose on validation, confirm on fresh seeds, say what it cost
+(docs/green.md). The heavy imports (torch, Optuna) stay inside the handler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ecotrain.errors import ConfigError
+
+FRESH_FROM = 10  # `--seeds-confirm 5` means seeds 10-14 (docs/evaluation.md: fresh seeds 10-14)
+
+
+def add_commands(sub) -> dict:
+    g = sub.add_parser("green", help="search the cheapest recipe whose validation accuracy stays within a tolerance "
+                       "of RECIPE's, then confirm it on fresh seeds (docs/green.md)")
+    g.add_argument("recipe", help="the baseline recipe YAML")
+    g.add_argument("overrides", nargs="*", help="dotted overrides of the baseline, e.g. ledger.energy=off")
+    g.add_argument("--tolerance", type=float, default=0.01, help="largest allowed drop of the metric (default 0.01)")
+    g.add_argument("--margin", type=float, help="the search keeps the validation deficit within tolerance - margin "
+                   "on the design seed (default: half the tolerance; the fresh seeds judge the tolerance itself)")
+    g.add_argument("--budget-runs", type=float, default=6.0, help="the search's cost cap, in baseline runs, the "
+                   "baseline's own run included (default 6)")
+    g.add_argument("--trials", type=int, default=12, help="trials that train, at most (default 12)")
+    g.add_argument("--seeds-confirm", default="5", metavar="N|SEEDS", help="fresh seeds for the confirmation: a count "
+                   f"(5: seeds {FRESH_FROM}-{FRESH_FROM + 4}) or a list (10-14); 0: no confirmation")
+    g.add_argument("--seed", type=int, default=0, help="the design seed of the baseline and every trial (default 0)")
+    g.add_argument("--by", default="flops", choices=["flops", "energy", "co2e", "cpu_seconds", "money"],
+                   help="the cost to minimise (default flops: counted; the others are measured)")
+    g.add_argument("--min-cost-cut", type=float, default=0.5, help="the confirmation's cost criterion, as compare's "
+                   "(default 0.5)")
+    g.add_argument("--levers", help="comma list of levers to search (default: every one that applies): "
+                   "schedule,batch,width,prune,selective,ema,stability")
+    g.add_argument("--metric", default="accuracy", help="the metric, without its split prefix (default accuracy: "
+                   "val_accuracy in the search, test_accuracy in the confirmation)")
+    g.add_argument("--out", help="output folder (default runs/<recipe name>-green)")
+    g.add_argument("--carbon-forecast", metavar="FILE", help="time every run by this grid-intensity forecast "
+                   "(passed to each run as ledger.carbon_forecast; docs/green.md)")
+    g.add_argument("--deadline", help="with --carbon-forecast: each run's deadline (ISO time, or a duration "
+                   "from its start such as 12h)")
+    return {"green": cmd_green}
+
+
+def confirm_seeds(text: str) -> str | None:
+    """`--seeds-confirm`: a count N (seeds 10..10+N-1), a seed list, or 0 (none)."""
+    if text.strip().isdigit():
+        n = int(text)
+        if n == 0:
+            return None
+        return f"{FRESH_FROM}-{FRESH_FROM + n - 1}" if n > 1 else str(FRESH_FROM)
+    return text
+
+
+def cmd_green(args) -> int:
+    from ecotrain import cli
+    from ecotrain.config import load_config
+    from ecotrain.green import confirm as confirm_mod
+    from ecotrain.green import output
+    from ecotrain.green.search import BY, Options, run_search
+    from ecotrain.rundir import write_json
+
+    if args.tolerance < 0 or args.budget_runs <= 0 or args.trials < 1:
+        raise ConfigError("--tolerance must be >= 0, --budget-runs > 0 and --trials >= 1")
+    if args.deadline and not args.carbon_forecast:
+        raise ConfigError("--deadline: only with --carbon-forecast FILE")
+    overrides = list(args.overrides)
+    if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
+        raise ConfigError("ecotrain green: --seed sets the design seed and --seeds-confirm the fresh ones; "
+                          "drop the seed=... override")
+    if args.carbon_forecast:
+        overrides.append(f"ledger.carbon_forecast={Path(args.carbon_forecast).resolve()}")
+        if args.deadline:
+            overrides.append(f"ledger.deadline={args.deadline}")
+    fresh = confirm_seeds(args.seeds_confirm)
+    if fresh is not None:
+        confirm_mod.check_seeds(args.seed, fresh)
+    cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
+    out = Path(args.out or f"runs/{cfg.name}-green")
+    levers = [x.strip() for x in args.levers.split(",") if x.strip()] if args.levers else None
+    if args.margin is not None and not 0 <= args.margin <= args.tolerance:
+        raise ConfigError(f"--margin {args.margin:g}: between 0 and the tolerance ({args.tolerance:g})")
+    opts = Options(args.recipe, overrides, out, args.tolerance, args.margin, args.trials, args.budget_runs, args.by,
+                   args.seed, levers, f"val_{args.metric}", preemption=cli._PREEMPTION)
+
+    def shown(row):
+        what = " ".join(row.overrides) if row.state != "skipped" else row.why
+        figs = "" if row.ratio is None else f": {row.ratio:.3f}x, validation deficit {row.deficit:+.4f}"
+        print(f"trial {row.number} {row.state}{figs} ({what})", flush=True)
+
+    search = run_search(opts, shown)
+    output.write_trials(out, search)
+    print()
+    print(output.trials_table(search))
+    base_cost = search.baseline["cost"]
+    design = base_cost + sum(r.cost or 0.0 for r in search.rows)
+    costs = {"baseline (design seed)": base_cost, f"trials ({len(search.rows)})": design - base_cost}
+    if search.chosen is None:
+        output.write_html(out, search, args.tolerance, args.by, costs=costs)
+        print(f"no trial kept {opts.metric} within {args.tolerance:g} of the baseline's; nothing written to "
+              f"{out / 'green.yaml'} (see {out / 'green.html'})")
+        return 1
+    green_yaml = out / "green.yaml"
+    output.write_recipe(green_yaml, args.recipe, overrides, search, args.tolerance, args.by)
+    print(f"\nchosen on validation: trial {search.chosen.number}, {search.chosen.ratio:.3f}x the baseline's {args.by}; "
+          f"wrote {green_yaml}")
+    result, saving = None, base_cost - (search.chosen.cost or 0.0)
+    if fresh is not None:
+        print(f"\n== confirmation on fresh seeds {fresh} (test split read once per run)")
+        result = confirm_mod.confirm(args.recipe, overrides, green_yaml, out, fresh, args.tolerance, BY[args.by],
+                                     args.min_cost_cut, f"test_{args.metric}")
+        print(result.report)
+        (out / "verdict.txt").write_text(result.report + "\n")
+        saving = result.saving
+        costs.update({f"confirmation, baseline ({fresh})": result.costs["baseline"],
+                      f"confirmation, green ({fresh})": result.costs["green"]})
+    total = sum(costs.values())
+    payback = confirm_mod.payback_runs(total, saving)
+    costs["total"] = total
+    html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs)
+    pruned = sum(r.state == "pruned" for r in search.rows)
+    skipped = sum(r.state == "skipped" for r in search.rows)
+    print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline and "
+          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained)"
+          + (f", with the confirmation {total / base_cost:.2f}" if result else ""))
+    print(f"pays back after {payback} runs" if payback is not None else
+          "the green recipe saves nothing per run: the search never pays back")
+    write_json(out / "green.json", {
+        "chosen": search.chosen.number, "overrides": search.chosen.overrides, "by": args.by,
+        "tolerance": args.tolerance, "design_seed": args.seed, "fresh_seeds": fresh,
+        "design_cost_ratio": search.chosen.ratio, "validation_deficit": search.chosen.deficit,
+        "search_cost_baselines": design / base_cost, "total_cost_baselines": total / base_cost,
+        "costs": costs, "saving_per_run": saving, "payback_runs": payback,
+        "trials": len(search.rows), "pruned": pruned, "skipped": skipped,
+        "verdict": result.verdict if result else None,
+        "cost_ratio": result.cost_ratio if result else None,
+        "drop": {"mean": result.drop.mean, "low": result.drop.low, "high": result.drop.high, "n": result.drop.n}
+        if result else None})
+    print(f"report: {html}")
+    return 0 if result is None or result.passed else 1

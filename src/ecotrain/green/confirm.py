@@ -1,0 +1,97 @@
+"""The chosen recipe and the baseline, confirmed on fresh seeds; the search's whole cost and its payback.
+
+Both sides train on the fresh seeds as `ecotrain fit --seeds` groups (sweep.fit_seeds, each test
+split read once, at the end of its run): the baseline as the recipe and overrides given, the green
+side as OUT/green.yaml itself, so what is confirmed is the file the user gets. The verdict is
+`ecotrain compare`'s (accounting/compare.py: means, 95% intervals, paired by seed). Nothing here
+feeds back into the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ecotrain.accounting.compare import judge
+from ecotrain.accounting.report import figure, read_ledger
+from ecotrain.errors import ConfigError
+from ecotrain.stats import Interval, diff_ci
+from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
+
+
+@dataclass
+class Confirmation:
+    base_group: Path
+    green_group: Path
+    report: str  # compare's table and verdict lines
+    passed: bool
+    verdict: str  # PASS | FAIL | INCONCLUSIVE
+    drop: Interval  # of the test metric, baseline - green, over the fresh seeds
+    cost_ratio: float  # mean green cost / mean baseline cost (the `by` figure)
+    saving: float  # mean baseline cost - mean green cost, per production run
+    base_cost: float
+    costs: dict  # "baseline" / "green": that group's summed `by` figure
+
+
+def fit_group(recipe: str, overrides: list[str], prefix: Path, seeds: str) -> Path:
+    """`ecotrain fit RECIPE OVERRIDES --seeds SEEDS --run-dir PREFIX --resume auto --quiet`, in process."""
+    from ecotrain import cli  # the command the group runs, exactly as the user would type it
+
+    args = argparse.Namespace(recipe=recipe, overrides=list(overrides), run_dir=str(prefix), quiet=True,
+                              resume="auto", init_from=None, keep_optimizer=False, allow_config_change=False,
+                              overwrite=False, seeds=seeds, print_config=False)
+    from ecotrain.config import load_config
+
+    code = fit_seeds(args, load_config(recipe, overrides).name, cli.cmd_fit)
+    if code != 0:
+        from ecotrain.errors import PreemptedError
+
+        raise PreemptedError(f"confirmation group {prefix} stopped (exit {code}); run the same `ecotrain green` "
+                             "command again to continue it")
+    return group_paths(prefix, parse_seeds(seeds))[0]
+
+
+def group_cost(group: Path, by: str) -> list[float]:
+    return [float(figure(read_ledger(r), by) or 0.0) for r in read_group(group)]
+
+
+def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seeds: str, tolerance: float,
+            by: str, min_cost_cut: float, metric: str = "test_accuracy") -> Confirmation:
+    base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", seeds)
+    green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", seeds)
+    base_runs, green_runs = read_group(base_g), read_group(green_g)
+    report, verdict = judge(base_runs, green_runs, tolerance, min_cost_cut, by, metric)
+    bc, gc = group_cost(base_g, by), group_cost(green_g, by)
+    b, g = ([json.loads((Path(r) / "summary.json").read_text())[metric] for r in runs] for runs in (base_runs, green_runs))
+    drop = diff_ci(b, g, paired=True) if "loss" not in metric else diff_ci(g, b, paired=True)  # same seeds, same order
+    return Confirmation(base_g, green_g, report, verdict == "PASS", verdict, drop, (sum(gc) / len(gc)) / (sum(bc) / len(bc)),
+                        sum(bc) / len(bc) - sum(gc) / len(gc), sum(bc) / len(bc),
+                        {"baseline": sum(bc), "green": sum(gc)})
+
+
+def payback_runs(search_cost: float, saving_per_run: float) -> Optional[int]:
+    """Production runs of the green recipe (instead of the baseline) that repay the search's cost:
+    ceil(search cost / saving per run); None when a run saves nothing (it never pays back)."""
+    if saving_per_run <= 0:
+        return None
+    if search_cost < 0:
+        raise ValueError("payback_runs: a negative search cost")
+    return max(0, math.ceil(search_cost / saving_per_run - 1e-9))
+
+
+def check_seeds(design: int, fresh: str) -> list[int]:
+    seeds = parse_seeds(fresh)
+    if design in seeds:
+        raise ConfigError(f"--seeds-confirm {fresh}: includes the design seed {design}; confirmation needs fresh "
+                          "seeds (docs/evaluation.md), e.g. 10-14")
+    if len(seeds) < 2:
+        raise ConfigError(f"--seeds-confirm {fresh}: at least 2 fresh seeds for an interval (5 for a headline)")
+    return seeds
+
+
+def cost_sum(runs: Sequence[str], by: str) -> float:
+    return sum(float(figure(read_ledger(r), by) or 0.0) for r in runs)

@@ -1,0 +1,330 @@
+"""The search of `ecotrain green`: the cheapest recipe whose validation metric stays within a tolerance
+of the baseline's, chosen on validation only (docs/green.md).
+
+1. The baseline (the recipe as given) trains on the design seed; its validation metric and its cost
+   are the reference, its validation curve the yardstick the pruner reads.
+2. An Optuna study, stored in OUT/study.db (SQLite), minimises the cost (FLOPs by default, each
+   trial's own ledger) under the constraint `deficit <= tolerance` (TPE with `constraints_func`),
+   where the deficit is the baseline's validation metric minus the trial's. Every trial is an
+   ordinary run in OUT/trials/tNNN (`fit(..., resume="auto")`).
+3. Pruning on intermediate validation figures: each trial evaluates at 25/50/75/100% of its
+   schedule and reports its deficit against the baseline's curve at the same fraction; the
+   `GapPruner` stops a trial from 50% on when the deficit is past the tolerance plus a slack that
+   shrinks to zero at the end. Successive halving would rank trials against each other and so
+   prune the cheap ones first, the very ones sought; the gap to the baseline is the constraint's own
+   early reading. A trial whose cost is known before it trains (`space.predicted_cost`) and is no
+   lower than the cheapest feasible one so far is not trained at all (state FAIL, `skipped`).
+4. Resume: a killed search is started again with the same command. The sampler is re-seeded from
+   the trial number before each `ask` (`seed * 1000 + number`), so a fresh process asks for the same
+   values as the one that was killed; a trial left RUNNING by the killed process is continued under
+   its own number and values (its run folder resumes from its checkpoint, exactly), and an
+   intermediate figure it already reported is not reported again. Same history, same sampler seed,
+   same suggestions: the resumed search gives the same trials and the same choice.
+
+No test figure is read here: the trials' runs compute one (`fit` always does), the search reads
+`summary.json`'s validation metric and `ledger.json`'s cost only. Confirmation on fresh seeds is
+confirm.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from ecotrain.accounting.report import figure, missing_reason, read_ledger
+from ecotrain.callbacks import Callback
+from ecotrain.config import load_config
+from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.green import space
+from ecotrain.log import log
+
+try:  # the `green` extra (pip install 'ecotrain[green]'); only this module imports it
+    import optuna
+except ImportError:  # pragma: no cover - the message is the test
+    optuna = None
+
+STUDY = "green"
+EVALS = 4  # evaluations per trial, at even fractions of its schedule (what the pruner reads)
+SLACK = 0.08  # the pruner's allowance above the tolerance at 0% of the schedule, falling to 0 at 100%
+WARMUP = 50  # percent of the schedule before the pruner may act
+BY = {"flops": "flops", "energy": "energy", "co2e": "co2e", "cpu_seconds": "cpu_seconds", "money": "cost"}
+
+
+@dataclass
+class Options:
+    recipe: str
+    overrides: list[str]
+    out: Path
+    tolerance: float = 0.01
+    margin: Optional[float] = None  # the search keeps deficit <= tolerance - margin (None: half the tolerance)
+    trials: int = 12
+    budget_runs: float = 6.0  # the search's cost cap, in baseline runs (the baseline's own run included)
+    by: str = "flops"
+    seed: int = 0  # the design seed: the baseline and every trial train with it
+    levers: Optional[list[str]] = None
+    metric: str = "val_accuracy"
+    sampler_seed: int = 0
+    startup_trials: int = 4  # random trials before TPE models the history
+    preemption: object = None
+
+    @property
+    def allowed(self) -> float:
+        """The deficit a trial may have on the design seed: the tolerance less a margin, since the
+        cheapest of many trials that scrape the tolerance on one seed is likely to miss it on fresh ones."""
+        return self.tolerance - (self.tolerance / 2 if self.margin is None else self.margin)
+
+
+@dataclass
+class Row:
+    """One trial as the table, the HTML and the choice see it."""
+
+    number: int
+    state: str  # complete | pruned | skipped
+    params: dict
+    overrides: list[str]
+    cost: Optional[float] = None  # the `by` figure, absolute
+    ratio: Optional[float] = None  # cost / the baseline's
+    flops: Optional[float] = None
+    val: Optional[float] = None
+    deficit: Optional[float] = None
+    feasible: bool = False
+    run_dir: Optional[str] = None
+    why: str = ""
+
+
+@dataclass
+class Search:
+    baseline: dict  # run_dir, val, cost, flops, samples
+    rows: list[Row] = field(default_factory=list)
+    chosen: Optional[Row] = None
+    levers: list = field(default_factory=list)
+    not_applied: dict = field(default_factory=dict)
+
+    @property
+    def spent_flops(self) -> float:
+        return self.baseline["flops"] + sum(r.flops or 0.0 for r in self.rows)
+
+
+def need_optuna() -> None:
+    if optuna is None:
+        raise ConfigError("ecotrain green needs Optuna: pip install 'ecotrain[green]'")
+
+
+def higher_is_better(metric: str) -> bool:
+    return "loss" not in metric
+
+
+def read_run(run_dir: Path, metric: str, by: str) -> dict:
+    """The figures the search reads from a finished run: validation metric, cost, FLOPs, samples."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if metric not in summary:
+        raise ConfigError(f"--metric {metric}: not in {run_dir}/summary.json (has "
+                          f"{', '.join(k for k in summary if k.startswith('val_')) or 'no val_* figure'})")
+    ledger = read_ledger(run_dir)
+    cost = figure(ledger, BY[by])
+    if cost is None:
+        raise ConfigError(f"--by {by}: {run_dir}/ledger.json has no such figure ({missing_reason(ledger, BY[by])}); "
+                          "use --by flops, or turn the measurement on")
+    return {"run_dir": str(run_dir), "val": float(summary[metric]), "cost": float(cost),
+            "flops": float(figure(ledger, "flops") or 0.0), "samples": int(ledger["samples"]),
+            "stopped_because": summary.get("stopped_because")}
+
+
+def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
+    """(fraction of the schedule, validation metric) at each evaluation of a finished run."""
+    steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+    points = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if metric in rec and "step" in rec:
+            points.append((rec["step"] / steps, float(rec[metric])))
+    return points
+
+
+def at(curve: list[tuple[float, float]], p: float) -> Optional[float]:
+    """The curve at fraction p, linearly between its points (None before its first point)."""
+    before = [pt for pt in curve if pt[0] <= p]
+    after = [pt for pt in curve if pt[0] >= p]
+    if not before:
+        return None
+    if not after:
+        return before[-1][1]
+    (p0, v0), (p1, v1) = before[-1], after[0]
+    return v0 if p1 == p0 else v0 + (v1 - v0) * (p - p0) / (p1 - p0)
+
+
+def train(recipe: str, overrides: list[str], run_dir: Path, preemption, callbacks=()) -> None:
+    """Train (or continue exactly, or keep) the run in `run_dir`. A stop signal checkpoints the run and
+    raises PreemptedError: the search is resumed by running the same command again."""
+    from ecotrain.trainer import fit  # torch, only once something trains
+
+    if (run_dir / "summary.json").is_file():
+        return  # finished by an earlier try of this search
+    cfg = load_config(recipe, overrides)
+    result = fit(cfg, run_dir=run_dir, resume="auto", quiet=True, callbacks=callbacks, preemption=preemption)
+    if result.summary.get("stopped_because") == "preempted":
+        raise PreemptedError(f"stopped at step {result.summary['steps']} of {run_dir}; run the same "
+                             "`ecotrain green` command again to continue the search where it stopped")
+
+
+class Reporter(Callback):
+    """Reports each evaluation's deficit to the Optuna trial and stops the run when the pruner says so."""
+
+    def __init__(self, trial, curve, metric: str, reported=()):
+        self.trial, self.curve, self.metric = trial, curve, metric
+        self.reported = set(reported)  # steps an earlier try of this trial reported already
+        self.sign = 1.0 if higher_is_better(metric) else -1.0
+        self.pruned_at: Optional[int] = None
+
+    def on_eval_end(self, state, record):
+        if self.metric not in record or not state.total_steps:
+            return
+        pct = round(100 * state.step / state.total_steps)
+        base = at(self.curve, state.step / state.total_steps)
+        if base is None:
+            return
+        deficit = self.sign * (base - float(record[self.metric]))
+        if pct not in self.reported:  # a resumed trial does not report a step twice
+            self.trial.report(deficit, pct)
+            self.reported.add(pct)
+        if self.trial.should_prune():
+            self.pruned_at = pct
+            state.stop("pruned")
+
+
+def gap_pruner(tolerance: float):
+    """Prune from WARMUP% of the schedule on, when the deficit to the baseline's curve at the same
+    fraction exceeds tolerance + SLACK x (1 - fraction)."""
+
+    class GapPruner(optuna.pruners.BasePruner):
+        def prune(self, study, trial) -> bool:
+            step = trial.last_step
+            if step is None or step < WARMUP or step >= 100:
+                return False
+            return trial.intermediate_values[step] > tolerance + SLACK * (1 - step / 100)
+
+    return GapPruner()
+
+
+def _sampler(opts: Options, number: int):
+    # a fresh seed per trial number: a resumed process asks exactly what the killed one would have
+    return optuna.samplers.TPESampler(seed=opts.sampler_seed * 1000 + number, n_startup_trials=opts.startup_trials,
+                                      constraints_func=None if _set_constraint() else _constraints, multivariate=True)
+
+
+def _set_constraint() -> bool:
+    """Optuna >= 5 records a trial's constraints with `Trial.set_constraint` (constraints_func is deprecated)."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def _constraints(trial) -> list[float]:
+    return [trial.user_attrs.get("violation", 1.0)]
+
+
+def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) -> Search:
+    need_optuna()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    allowed = opts.allowed
+    base_cfg = load_config(opts.recipe, opts.overrides)
+    chosen, not_applied = space.levers(base_cfg, opts.levers)
+    seeded = [*opts.overrides, f"seed={opts.seed}"]
+
+    base_dir = opts.out / "baseline"
+    log.info(f"baseline: {base_dir}")
+    train(opts.recipe, seeded, base_dir, opts.preemption)
+    base = read_run(base_dir, opts.metric, opts.by)
+    curve = val_curve(base_dir, opts.metric)
+    search = Search(baseline=base, levers=chosen, not_applied=not_applied)
+
+    logging.getLogger("optuna").setLevel(logging.WARNING)  # one line per trial is ours
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE
+    study = optuna.create_study(study_name=STUDY, storage=f"sqlite:///{opts.out / 'study.db'}", load_if_exists=True,
+                                direction="minimize", pruner=gap_pruner(allowed),
+                                sampler=_sampler(opts, 0))
+    budget = opts.budget_runs * base["flops"]
+    number = 0
+    while True:
+        done = {t.number: t for t in study.get_trials(deepcopy=False)}
+        trained = sum(1 for r in search.rows if r.state != "skipped")
+        if number in done and done[number].state != optuna.trial.TrialState.RUNNING:
+            if "stop" in done[number].user_attrs:  # where an earlier try ended the search
+                break
+            search.rows.append(_row_of(done[number]))  # finished by an earlier try
+            number += 1
+            continue
+        if number not in done and (trained >= opts.trials or number >= 3 * opts.trials
+                                   or search.spent_flops >= budget):
+            break
+        reported: tuple = ()
+        if number in done:  # left RUNNING by a killed try: continue it, same number, same values
+            trial = optuna.trial.Trial(study, done[number]._trial_id)
+            params, reported = dict(done[number].params), tuple(done[number].intermediate_values)
+            log.info(f"trial {number}: continuing {params}")
+        else:
+            study.sampler = _sampler(opts, number)
+            trial = study.ask()
+            params = space.suggest(trial, chosen, base_cfg.data.batch_size)
+        overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
+        row = Row(number, "", params, overrides)
+        predicted = space.predicted_cost(params)
+        best = min((r.ratio for r in search.rows if r.feasible and opts.by == "flops"), default=None)
+        if predicted is not None and opts.by == "flops" and search.spent_flops + predicted * base["flops"] > budget:
+            trial.set_user_attr("stop", "budget")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            log.info(f"trial {number}: stop: {params} would pass the budget of {opts.budget_runs:g} baseline runs")
+            break
+        if predicted is not None and best is not None and predicted >= best:
+            row.state, row.why = "skipped", f"predicted {predicted:.3f}x, no cheaper than the best feasible {best:.3f}x"
+            trial.set_user_attr("skipped", row.why)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            _run_trial(opts, trial, row, base, curve, seeded, reported)
+            state = optuna.trial.TrialState.PRUNED if row.state == "pruned" else None
+            if state is None:
+                study.tell(trial, row.ratio)
+            else:
+                study.tell(trial, state=state)
+        search.rows.append(row)
+        on_trial(row)
+        number += 1
+        if opts.preemption is not None and getattr(opts.preemption, "requested", None):
+            raise PreemptedError(f"{opts.preemption.requested} received; trial {row.number} is recorded: run the same "
+                                 "`ecotrain green` command again to continue the search")
+    feasible = [r for r in search.rows if r.feasible]
+    search.chosen = min(feasible, key=lambda r: (r.ratio, r.deficit, r.number)) if feasible else None
+    return search
+
+
+def _run_trial(opts: Options, trial, row: Row, base: dict, curve, seeded: list[str], reported=()) -> None:
+    run_dir = opts.out / "trials" / f"t{row.number:03d}"
+    trial.set_user_attr("overrides", row.overrides)
+    trial.set_user_attr("run_dir", str(run_dir))
+    reporter = Reporter(trial, curve, opts.metric, reported)
+    train(opts.recipe, [*seeded, *row.overrides], run_dir, opts.preemption, [reporter])
+    got = read_run(run_dir, opts.metric, opts.by)
+    sign = 1.0 if higher_is_better(opts.metric) else -1.0
+    row.run_dir, row.cost, row.flops, row.val = str(run_dir), got["cost"], got["flops"], got["val"]
+    row.ratio = got["cost"] / base["cost"]
+    row.deficit = sign * (base["val"] - got["val"])
+    pruned = got["stopped_because"] == "pruned"
+    row.state = "pruned" if pruned else "complete"
+    row.feasible = not pruned and row.deficit <= opts.allowed + 1e-12
+    for k, v in {"cost": row.cost, "ratio": row.ratio, "flops": row.flops, "val": row.val, "deficit": row.deficit,
+                 "violation": row.deficit - opts.allowed, "pruned": pruned}.items():
+        trial.set_user_attr(k, v)
+    if _set_constraint():
+        trial.set_constraint("deficit", row.deficit - opts.allowed)
+
+
+def _row_of(t) -> Row:
+    """A trial an earlier try finished, from the study's record."""
+    a = t.user_attrs
+    state = "skipped" if "skipped" in a else "pruned" if a.get("pruned") else "complete"
+    return Row(t.number, state, dict(t.params), list(a.get("overrides", [])), a.get("cost"), a.get("ratio"),
+               a.get("flops"), a.get("val"), a.get("deficit"),
+               feasible=state == "complete" and a.get("violation", 1.0) <= 1e-12, run_dir=a.get("run_dir"),
+               why=a.get("skipped", ""))

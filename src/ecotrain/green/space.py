@@ -1,0 +1,146 @@
+"""The levers `ecotrain green` may pull on a recipe, and how a trial's choice becomes overrides.
+
+A lever applies to a recipe or it does not (`levers(cfg)` says which, and why not): the schedule
+and the batch size apply to every recipe with a step or epoch budget; the width to the built-in
+models; structured pruning to `cnn` and `mlp`; selective backprop to a classification task; EMA and
+the stability stop to any run with a validation split. Each trial's values become dotted overrides
+of the recipe (`to_overrides`), so every trial is an ordinary `ecotrain fit` run and the chosen one
+an ordinary recipe.
+
+The schedule is searched as the *fraction of the baseline's training samples* (steps x batch), not
+as a step count: together with the batch size it sets the steps, and the FLOPs of a trial that keeps
+the model as it is are that fraction of the baseline's, known before it trains (`predicted_cost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import yaml
+
+from ecotrain.errors import ConfigError
+
+SAMPLES = (0.1, 0.6, 0.05)  # fraction of the baseline's training samples: low, high, step
+BATCH_FRACTIONS = (0.16, 0.25, 0.32, 0.5, 0.75, 1.0)  # of the baseline's batch size
+WIDTH_FACTORS = (0.6, 0.8, 1.0)
+PRUNE_AMOUNTS = (0.0, 0.3)  # structured, reached by mid-run
+KEEP = (1.0, 0.5, 0.3)  # selective backprop: 1.0 is off
+MIN_BATCH = 8
+WIDTH_KEYS = {"cnn": ("channels", 25), "mlp": ("hidden", [128, 128]), "resnet": ("widths", [32, 64, 128])}
+ALL = ("schedule", "batch", "width", "prune", "selective", "ema", "stability")
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    what: str
+
+
+def levers(cfg, only: Optional[list[str]] = None) -> tuple[list[Lever], dict[str, str]]:
+    """(the levers that apply to `cfg`, {lever: why not} for the others). `only`: the user's
+    `--levers` list; a name there that does not apply is refused in one line."""
+    unknown = [n for n in only or () if n not in ALL]
+    if unknown:
+        raise ConfigError(f"--levers: unknown lever {unknown[0]!r}; choose from {', '.join(ALL)}")
+    model, task = cfg.model.name, cfg.task.name
+    has_val = cfg.data.val_split > 0
+    why_not = {}
+    if not (cfg.loop.max_steps or cfg.loop.max_epochs):
+        why_not["schedule"] = why_not["batch"] = "the recipe has no step or epoch budget"
+    if model not in WIDTH_KEYS:
+        why_not["width"] = f"model {model!r} is not a built-in model with a width (cnn, mlp, resnet)"
+    if model not in ("cnn", "mlp"):
+        why_not["prune"] = f"structured pruning needs model cnn or mlp, not {model!r}"
+    if task not in ("auto", "classification"):
+        why_not["selective"] = f"selective backprop needs a classification task, not {task!r}"
+    if not has_val:
+        why_not["stability"] = why_not["ema"] = "the recipe has no validation split"
+    names = [n for n in ALL if n not in why_not] if only is None else list(only)
+    refused = [n for n in names if n in why_not]
+    if refused:
+        raise ConfigError(f"--levers {refused[0]}: does not apply to this recipe ({why_not[refused[0]]})")
+    if not has_val:
+        raise ConfigError("ecotrain green: the recipe needs a validation split (data.val_split > 0): the search "
+                          "chooses on validation accuracy only")
+    table = {"schedule": "training samples as a fraction of the baseline's", "batch": "batch size",
+             "width": "model width", "prune": "structured pruning of channels by mid-run",
+             "selective": "selective backprop (backpropagate the hardest fraction)",
+             "ema": "evaluate an EMA of the weights", "stability": "stop once validation loss is stable"}
+    return [Lever(n, table[n]) for n in names], {n: w for n, w in why_not.items() if only is None or n in only}
+
+
+def batch_choices(base_batch: int) -> list[int]:
+    return sorted({max(MIN_BATCH, min(base_batch, round(base_batch * f))) for f in BATCH_FRACTIONS})
+
+
+def suggest(trial, chosen: list[Lever], base_batch: int) -> dict:
+    """The trial's values, one Optuna suggestion per lever (levers not searched keep the recipe's)."""
+    names = {lv.name for lv in chosen}
+    p: dict = {}
+    if "schedule" in names:
+        lo, hi, step = SAMPLES
+        p["samples"] = trial.suggest_float("samples", lo, hi, step=step)
+    if "batch" in names:
+        p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch))
+    if "width" in names:
+        p["width"] = trial.suggest_categorical("width", list(WIDTH_FACTORS))
+    if "prune" in names:
+        p["prune"] = trial.suggest_categorical("prune", list(PRUNE_AMOUNTS))
+    if "selective" in names:
+        p["keep"] = trial.suggest_categorical("keep", list(KEEP))
+    if "ema" in names:
+        p["ema"] = trial.suggest_categorical("ema", [False, True])
+    if "stability" in names:
+        p["stability"] = trial.suggest_categorical("stability", [False, True])
+    return p
+
+
+def _scaled(value, factor: float):
+    if isinstance(value, (list, tuple)):
+        return [max(1, round(v * factor)) for v in value]
+    return max(1, round(value * factor))
+
+
+def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[str]:
+    """Dotted overrides of `cfg` that train with `params`; `base_samples` is the baseline run's
+    training samples (its ledger), so a recipe with an epoch budget is searched too. The trial is
+    evaluated `evals` times, at even fractions of its schedule (the pruner reads them)."""
+    out: list[str] = []
+    batch = int(params.get("batch", cfg.data.batch_size))
+    if batch != cfg.data.batch_size:
+        out.append(f"data.batch_size={batch}")
+    samples = params.get("samples", 1.0) * base_samples
+    steps = max(evals, round(samples / batch))
+    out += [f"loop.max_steps={steps}", "loop.max_epochs=null", f"loop.eval_every={max(1, -(-steps // evals))}"]
+    if cfg.schedule.warmup and cfg.schedule.interval == "step" and cfg.schedule.warmup >= steps // 2:
+        out.append(f"schedule.warmup={steps // 10}")  # a warmup as long as a short schedule is no schedule
+    if params.get("width", 1.0) != 1.0:
+        key, default = WIDTH_KEYS[cfg.model.name]
+        out.append(f"model.kwargs.{key}={_flow(_scaled(cfg.model.kwargs.get(key, default), params['width']))}")
+    methods = [m.model_dump(exclude_defaults=False) for m in cfg.methods]
+    if params.get("prune", 0.0) > 0:
+        methods.append({"name": "prune", "kind": "structured", "amount": params["prune"], "end_step": steps // 2,
+                        "every": max(1, steps // 20)})
+    if params.get("keep", 1.0) < 1.0:
+        methods.append({"name": "selective_backprop", "keep": params["keep"]})
+    if params.get("ema"):
+        methods.append({"name": "ema"})
+    if params.get("stability"):
+        methods.append({"name": "stability_stop", "monitor": "val_loss", "window": 3, "tolerance": 0.01})
+    if len(methods) != len(cfg.methods):
+        out.append(f"methods={_flow(methods)}")
+    return out
+
+
+def _flow(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+
+
+def predicted_cost(params: dict) -> Optional[float]:
+    """The trial's FLOPs as a fraction of the baseline's, before it trains, when that is known: the
+    samples fraction, when the per-sample work is the baseline's (no width, pruning or selective
+    backprop change; EMA and the stability stop add no training FLOPs, and a stop only lowers it)."""
+    if params.get("width", 1.0) != 1.0 or params.get("prune", 0.0) > 0 or params.get("keep", 1.0) < 1.0:
+        return None
+    return params.get("samples", 1.0)
