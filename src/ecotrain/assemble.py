@@ -34,6 +34,7 @@ from ecotrain.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
 from ecotrain.memory import configure_memory
+from ecotrain.memplan_measure import for_run as memory_plan_for_run
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
 from ecotrain.optim import build_optimizer, build_scheduler
@@ -87,10 +88,13 @@ class Run:
     metrics_offset: Optional[int] = None  # a resume truncates metrics.jsonl here once accepted
     facts: dict = field(default_factory=dict)  # run facts for summary.json (padding_ratio)
     threads: Optional[ThreadChoice] = None  # recorded in environment.json
+    memory_plan: Optional[dict] = None  # memory.budget's choice and measurements (memplan.py): memory_plan.json
 
 
 def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption) -> Run:
     folder = RunFolder.plan(opts.run_dir, cfg.name, dist, opts.resume is not None, opts.overwrite)
+    # memory.budget: the fastest measured plan that fits, applied to the config (a resume reads it back)
+    cfg, memory_plan = memory_plan_for_run(cfg, folder.path, opts.resume, own_parts(parts), dist.world_size)
     if parts.data is None and parts.model is not None and "name" not in cfg.data.model_fields_set:
         raise DataError("fit(model=...) without data=: pass your data (arrays, a Dataset, a DataLoader or "
                         "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")
@@ -112,15 +116,24 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     if augment.active and not isinstance(source, ArraySource):
         raise ConfigError("data.augment: works on in-memory (x, y) signal arrays only; augment inside your "
                           "Dataset's __getitem__ instead (it is seeded per item)")
+    if memory_plan is not None and memory_plan.chosen.candidate.micro_batches != cfg.loop.accumulate:
+        state.counters.micro_batches = memory_plan.chosen.candidate.micro_batches  # exact accumulation (loop.py)
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
-    run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads)
+    run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads,
+              memory_plan=memory_plan.record(cfg.data.batch_size * cfg.loop.accumulate) if memory_plan else None)
     if opts.resume is not None:  # checked and loaded in memory; the folder is untouched until accepted
         whole = resume_mod.resume_into(state, cbs, augment, Path(opts.resume), bundle.content_hash,
                                        opts.allow_config_change)
         run.metrics_offset = whole["metrics_offset"] if logger else None
     return run
+
+
+def own_parts(parts: UserParts) -> list[str]:
+    """The user's own objects that change what a step computes (a fresh process cannot rebuild them)."""
+    names = ("model", "data", "loss_fn", "task", "optimizer", "scheduler", "methods")
+    return [n for n in names if getattr(parts, n) not in (None, (), [])]
 
 
 def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):

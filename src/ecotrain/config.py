@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ecotrain.errors import ConfigError
+from ecotrain.memplan import parse_bytes
 from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
 from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
@@ -228,6 +229,17 @@ class MemoryConfig(_Section):
     activation_checkpointing: Union[Literal["off", "all"], EveryN, NamedModules] = "off"
     min_micro_batch: int = Field(1, gt=0)  # OOM recovery halves the micro-batch down to this, then gives up
     release_freed: bool = False  # glibc: return freed tensors >= 1 MiB to the OS, so RSS follows live tensors
+    # bytes ("2GiB", "512MiB"): measure exactly-equivalent plans and train with the fastest that fits (memplan.py)
+    budget: Optional[int] = None
+    budget_margin: float = Field(0.05, ge=0, lt=0.5)  # the chosen plan's measured peak stays under budget * (1 - margin)
+    allow_precision_change: bool = False  # the budget search may switch fp32 <-> bf16-mixed (not exact maths)
+    search_steps: int = Field(3, ge=2)  # training steps per measured plan (the first is not timed)
+    search_candidates: int = Field(4, ge=1)  # plans measured after the baseline, at most (+1 when none fits)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _bytes(cls, v):
+        return None if v is None else parse_bytes(v)
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

@@ -46,6 +46,7 @@ class Summary:
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak (torch.cuda.max_memory_allocated)
+    memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memplan.py)
     methods: dict = field(default_factory=dict)  # each method's own figures, by key
     metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
 
@@ -118,6 +119,7 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
         gpu_peak_memory_bytes=gpu_peak_memory(state.device),
+        memory_plan=run.memory_plan,
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
 
 

@@ -102,6 +102,20 @@ def _activations(m: dict, chosen: set[str]) -> float:
     return kept + recompute
 
 
+def saved_profile(bundle, model: nn.Module, task, precision, blocks) -> tuple[dict, dict]:
+    """`measure_saved` of the 1 and the 2 longest training samples."""
+    lengths = bundle.extra.get("lengths")
+    order = torch.argsort(lengths, descending=True) if lengths is not None else torch.arange(len(bundle.train))
+    return (measure_saved(model, task, *bundle.train.take(order[:1]), precision, blocks),
+            measure_saved(model, task, *bundle.train.take(order[:2]), precision, blocks))
+
+
+def activations_at(m1: dict, m2: dict, chosen: set[str], batch: int) -> float:
+    """Activation bytes at `batch` samples with the `chosen` blocks checkpointed."""
+    a1, a2 = _activations(m1, chosen), _activations(m2, chosen)
+    return max(0.0, a1 + (a2 - a1) * (batch - 1))  # linear in the batch: intercept + slope * b
+
+
 def make_plan(cfg) -> tuple[Plan, list[str]]:
     from ecotrain.data import load_data
     from ecotrain.models import build_model
@@ -123,15 +137,11 @@ def make_plan(cfg) -> tuple[Plan, list[str]]:
     for n, m in select_modules(model, cfg.memory.activation_checkpointing):
         if n not in {b for b, _ in blocks}:
             blocks.append((n, m))
-    lengths = bundle.extra.get("lengths")
-    order = torch.argsort(lengths, descending=True) if lengths is not None else torch.arange(len(bundle.train))
-    m1 = measure_saved(model, task, *bundle.train.take(order[:1]), precision, blocks)
-    m2 = measure_saved(model, task, *bundle.train.take(order[:2]), precision, blocks)
+    m1, m2 = saved_profile(bundle, model, task, precision, blocks)
     b = cfg.data.batch_size
 
     def at_batch(choice: set[str]) -> float:
-        a1, a2 = _activations(m1, choice), _activations(m2, choice)
-        return max(0.0, a1 + (a2 - a1) * (b - 1))  # linear in the batch: intercept + slope * b
+        return activations_at(m1, m2, choice, b)
 
     plan = Plan(sum(p.nelement() for p in model.parameters()), param_bytes, grad_bytes, optim_bytes,
                 at_batch(chosen), at_batch(set()), at_batch({n for n, _ in find_blocks(model)}), b, len(chosen))

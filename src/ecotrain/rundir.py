@@ -20,7 +20,8 @@ from ecotrain.errors import CheckpointError, ConfigError
 
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
-             "report.html", "environment.json", "export.safetensors", "mlflow.json", "tensorboard")
+             "report.html", "environment.json", "export.safetensors", "mlflow.json", "tensorboard",
+             "memory_plan.json")
 
 
 def default_run_dir(name: str) -> Path:

@@ -16,10 +16,12 @@ from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
 from ecotrain.preemption import Preemption
+from ecotrain.rundir import write_json
 from ecotrain.config import Config
 from ecotrain.device import resolve_device
 from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
+from ecotrain.memplan import PLAN_FILE
 from ecotrain.precision import tf32
 from ecotrain.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.state import TrainState
@@ -88,6 +90,8 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
         if preemption.requested:  # a signal during set-up: nothing trained, nothing to keep
             raise PreemptedError(f"{preemption.requested} received during start-up; nothing was trained yet")
         run.folder.accept(cfg.to_dict(), run.metrics_offset)
+        if run.memory_plan is not None and dist.is_main:  # memory.budget's choice: a resume reads it back
+            write_json(run.folder.path / PLAN_FILE, run.memory_plan)
     except BaseException:
         if run is not None:
             run.folder.discard()

@@ -1,0 +1,353 @@
+"""`memory.budget`: measure a few exactly-equivalent plans and train with the fastest that fits.
+
+A plan is three levers that leave the maths of a step unchanged: which blocks are checkpointed
+(memory.py: off, every K-th block, all; selective, attention outputs kept), how many micro-batches
+the effective batch is cut into (exact accumulation: `loop.backward_micro_batches` normalises by
+the whole batch's units; the same count OOM recovery raises) and, only with
+`memory.allow_precision_change`, fp32 vs bf16 autocast. CPU offload of optimizer state exists only
+under FSDP (several ranks), so it is not a candidate here.
+
+Each measured plan runs a few real training steps of the real model and batch in a fresh process
+(memplan_worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
+process per plan is the only honest per-plan peak; on CUDA, the allocator's
+`max_memory_allocated`. The first measurement (no checkpointing, fewest micro-batches) also
+reports `ecotrain plan`'s saved-tensor estimate of every candidate's activations, calibrated on it
+to predict every other candidate's peak; only the least-constrained candidates predicted to fit
+are measured, and the choice is made on measured peaks alone: the fastest measured step whose peak
+is within `budget * (1 - budget_margin)`.
+
+The choice and every measurement go to `memory_plan.json` in the run folder and `memory_plan` in
+summary.json; a resume reads memory_plan.json back and does not measure again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ecotrain.errors import ConfigError
+from ecotrain.log import log
+
+PLAN_FILE = "memory_plan.json"
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTES_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable budget: predictions are rough
+
+
+def parse_bytes(value) -> int:
+    """`2GiB`, `512MiB`, `1.5GB`, `800M` or a plain number of bytes -> bytes. ValueError says what is accepted."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size; give bytes or a size like 2GiB, 512MiB, 1.5GB")
+    if isinstance(value, (int, float)):
+        n, unit = float(value), ""
+    else:
+        m = _BYTES_RE.fullmatch(str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"{value!r} is not a size; give bytes or a size like 2GiB, 512MiB, 1.5GB")
+        n, unit = float(m.group(1)), m.group(2).lower()
+    size = n * _UNITS[unit]
+    if not math.isfinite(size) or size < 2**20:
+        raise ValueError(f"{value!r} is less than 1 MiB; give the memory the run may use, e.g. 2GiB")
+    return int(size)
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+# ---------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    checkpointing: str  # "off", "all", "every_n:K" or "modules" (the user's own list)
+    micro_batches: int  # pieces of the effective batch (exact accumulation)
+    precision: str
+    n_checkpointed: int = 0  # blocks checkpointed (for ordering and display)
+
+    @property
+    def key(self) -> str:
+        return f"{self.checkpointing}/{self.micro_batches}/{self.precision}"
+
+    def describe(self, batch: int) -> str:
+        ck = {"off": "no checkpointing", "all": "checkpointing every block"}.get(self.checkpointing)
+        if ck is None:
+            ck = (f"checkpointing {self.n_checkpointed} block{'s' if self.n_checkpointed > 1 else ''} "
+                  f"({self.checkpointing.replace(':', '=')})"
+                  if self.checkpointing.startswith("every_n") else "checkpointing memory.activation_checkpointing.modules")
+        size = -(-batch // self.micro_batches)
+        return f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}, {self.precision}"
+
+    def ac_spec(self, configured):
+        """The `memory.activation_checkpointing` value of this candidate."""
+        if self.checkpointing.startswith("every_n:"):
+            return {"every_n": int(self.checkpointing.split(":")[1])}
+        return configured if self.checkpointing == "modules" else self.checkpointing
+
+
+def checkpoint_levels(n_blocks: int, named: bool) -> list[tuple[str, int]]:
+    """(level, blocks checkpointed), from none to all: every K-th block for each distinct count."""
+    if named:  # the user named the modules: those, or none
+        return [("off", 0), ("modules", 0)]
+    if n_blocks == 0:
+        return [("off", 0)]
+    levels, seen = [("off", 0)], {0, n_blocks}
+    for k in range(n_blocks, 1, -1):  # fewest checkpointed first
+        count = -(-n_blocks // k)
+        if count not in seen:
+            seen.add(count)
+            levels.append((f"every_n:{k}", count))
+    return levels + [("all", n_blocks)]
+
+
+def micro_counts(batch: int, accumulate: int, min_micro: int) -> list[int]:
+    """The configured count (`loop.accumulate`), doubled while a micro-batch keeps >= `min_micro` samples."""
+    out, n = [], accumulate
+    while n <= batch and -(-batch // n) >= min_micro:
+        out.append(n)
+        if -(-batch // (2 * n)) == -(-batch // n):
+            break
+        n *= 2
+    return out or [accumulate]
+
+
+def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micro: int, precision: str,
+               allow_precision_change: bool) -> list[Candidate]:
+    """Every exactly-equivalent plan; the first is the least constrained (the baseline measured first)."""
+    precisions = [precision]
+    if allow_precision_change:
+        precisions += [p for p in ("bf16-mixed", "fp32") if p != precision]
+    return [Candidate(level, n, p, count) for p in precisions for level, count in checkpoint_levels(n_blocks, named)
+            for n in micro_counts(batch, accumulate, min_micro)]
+
+
+# ---------------------------------------------------------------- measurements and the choice
+
+
+@dataclass
+class Measured:
+    candidate: Candidate
+    peak_bytes: int
+    step_seconds: float  # the fastest timed step (the least disturbed by neighbours)
+    seconds: float = 0.0  # wall time of the measuring process, start-up included
+    predicted_bytes: Optional[int] = None
+    cpu_seconds: Optional[float] = None  # CPU runs: all threads' CPU seconds of that fastest step
+
+    @property
+    def cost(self) -> float:
+        """What "fastest" compares: on CPU the step's CPU seconds (same thread count for every plan, and
+        far less disturbed by neighbours on a shared machine than wall time); on CUDA the wall time."""
+        return self.cpu_seconds if self.cpu_seconds is not None else self.step_seconds
+
+
+@dataclass
+class Baseline:
+    """What the first measurement adds: the pieces that predict every other candidate's peak."""
+
+    start_bytes: int  # memory in use when training starts (process, data, model)
+    start_peak_bytes: int  # the peak before training (data loading may pass the training peak)
+    state_bytes: int  # gradients + optimizer state, allocated during the first steps
+    activations: dict  # candidate key -> estimated activation bytes (plan.py's saved-tensor figure)
+    n_blocks: int = 0  # the model's repeated blocks (memory.find_blocks)
+
+
+def predict(base: Measured, info: Baseline, key: str) -> Optional[int]:
+    """A candidate's peak from the baseline's: the measured activation share scaled by the estimates."""
+    act_base, act = info.activations.get(base.candidate.key), info.activations.get(key)
+    if not act_base or act is None:
+        return None
+    scale = max(0.0, base.peak_bytes - info.start_bytes - info.state_bytes) / act_base
+    return int(max(info.start_peak_bytes, info.start_bytes + info.state_bytes + scale * act))
+
+
+def fits(m: Measured, usable: float) -> bool:
+    return m.peak_bytes <= usable
+
+
+def choose(measured: Sequence[Measured], usable: float) -> Optional[Measured]:
+    """The fastest measured plan whose peak is within `usable`; ties: the smaller peak."""
+    ok = [m for m in measured if fits(m, usable)]
+    return min(ok, key=lambda m: (m.cost, m.peak_bytes)) if ok else None
+
+
+def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set) -> list[Candidate]:
+    """Per checkpointing level and precision, the fewest micro-batches predicted to fit: the plans
+    that nothing cheaper dominates. Largest predicted peak first (the least recomputation)."""
+    best: dict[tuple, Candidate] = {}
+    for c in cands:
+        p = predicted.get(c.key)
+        group = (c.checkpointing, c.precision)
+        if p is not None and p <= usable * PREDICT_SLACK and group not in best:
+            best[group] = c  # candidates come in rising micro-batch order within a group
+    return sorted((c for c in best.values() if c.key not in done), key=lambda c: -predicted[c.key])
+
+
+def smallest_first(cands: Sequence[Candidate], predicted: dict, done: set) -> list[Candidate]:
+    return sorted((c for c in cands if c.key not in done and predicted.get(c.key) is not None),
+                  key=lambda c: predicted[c.key])
+
+
+def search(first: Candidate, expand: Callable, budget: int, margin: float, measure: Callable,
+           limit: int) -> "Search":
+    """Measure `first` (the least constrained plan), then up to `limit` more. `measure(candidate,
+    first)` returns a Measured, and with `first` a Baseline too; `expand(baseline)`: every candidate."""
+    usable = budget * (1 - margin)
+    t0 = time.perf_counter()
+    base, info = measure(first, True)
+    cands = expand(info)
+    measured, done = [base], {base.candidate.key}
+    predicted = {c.key: predict(base, info, c.key) for c in cands}
+    if not fits(base, usable):
+        queue = to_measure(cands, predicted, usable, done)
+        while queue and len(measured) <= limit:
+            c = queue.pop(0)
+            m = measure(c, False)
+            m.predicted_bytes = predicted.get(c.key)
+            measured.append(m)
+            done.add(c.key)
+            if not fits(m, usable):  # the prediction was too low: the next candidate of its group
+                nxt = [d for d in cands if (d.checkpointing, d.precision) == (c.checkpointing, c.precision)
+                       and d.micro_batches > c.micro_batches and d.key not in done][:1]
+                queue = nxt + [q for q in queue if q not in nxt]
+        if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
+            rest = smallest_first(cands, predicted, done)
+            if rest:
+                m = measure(rest[0], False)
+                m.predicted_bytes = predicted.get(rest[0].key)
+                measured.append(m)
+    base.predicted_bytes = predicted.get(base.candidate.key)
+    return Search(budget, margin, measured, choose(measured, usable), time.perf_counter() - t0, info.state_bytes)
+
+
+@dataclass
+class Search:
+    budget: int
+    margin: float
+    measured: list
+    chosen: Optional[Measured]
+    seconds: float
+    state_bytes: Optional[int] = None  # gradients + optimizer state: what sharding would divide
+    reused: bool = False  # read back from the run folder (a resume): nothing measured this time
+
+    @property
+    def usable(self) -> float:
+        return self.budget * (1 - self.margin)
+
+    def record(self, batch: int) -> dict:
+        """memory_plan.json and summary.json's `memory_plan`."""
+        def row(m: Measured) -> dict:
+            return {**asdict(m.candidate), "plan": m.candidate.describe(batch), "peak_bytes": m.peak_bytes,
+                    "step_seconds": round(m.step_seconds, 4), "seconds": round(m.seconds, 2),
+                    "cpu_seconds": None if m.cpu_seconds is None else round(m.cpu_seconds, 4),
+                    "predicted_bytes": m.predicted_bytes, "fits": fits(m, self.usable)}
+        return {"budget_bytes": self.budget, "margin": self.margin, "usable_bytes": int(self.usable),
+                "search_seconds": round(self.seconds, 2), "measured": [row(m) for m in self.measured],
+                "chosen": row(self.chosen) if self.chosen else None,
+                "state_bytes": self.state_bytes}
+
+
+def from_record(rec: dict) -> Search:
+    def m(r: dict) -> Measured:
+        c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)))
+        return Measured(c, int(r["peak_bytes"]), float(r["step_seconds"]), float(r.get("seconds", 0)),
+                        r.get("predicted_bytes"), r.get("cpu_seconds"))
+    measured = [m(r) for r in rec["measured"]]
+    chosen = m(rec["chosen"]) if rec.get("chosen") else None
+    return Search(int(rec["budget_bytes"]), float(rec["margin"]), measured, chosen, float(rec["search_seconds"]),
+                  rec.get("state_bytes"), reused=True)
+
+
+def pareto(measured: Sequence[Measured]) -> list[Measured]:
+    """The measured plans no other beats on both peak and step time, by rising peak."""
+    front, best_time = [], math.inf
+    for m in sorted(measured, key=lambda m: (m.peak_bytes, m.cost)):
+        if m.cost < best_time:
+            front.append(m)
+            best_time = m.cost
+    return front
+
+
+def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) -> str:
+    """Which lever goes further when no plan fits: sharding the model state (FSDP) over N ranks."""
+    over = smallest.peak_bytes - usable
+    sharded = state_bytes or 0  # what FSDP divides by N: gradients + optimizer state (+ parameters)
+    if sharded > over:
+        n = 2
+        while sharded * (1 - 1 / n) < over:
+            n *= 2
+        return (f"sharding gradients, optimizer state and parameters (distributed.strategy=fsdp under torchrun) "
+                f"over {n} ranks would save ~{fmt_bytes(sharded * (1 - 1 / n))} per rank")
+    return (f"sharding over ranks (distributed.strategy=fsdp) saves at most the model state "
+            f"({fmt_bytes(sharded)}), less than the {fmt_bytes(over)} over; use a smaller data.batch_size "
+            "(changes the maths) or a machine with more memory")
+
+
+def none_fits_line(s: Search, batch: int) -> str:
+    smallest = min(s.measured, key=lambda m: m.peak_bytes)
+    return (f"memory.budget={fmt_bytes(s.budget)}: no plan fits (usable {fmt_bytes(s.usable)} with "
+            f"memory.budget_margin={s.margin:g}); the smallest peak measured was {fmt_bytes(smallest.peak_bytes)} "
+            f"({smallest.candidate.describe(batch)}); {shard_hint(smallest, s.usable, s.state_bytes)}")
+
+
+def format_search(s: Search, batch: int) -> str:
+    lines = [f"memory budget {fmt_bytes(s.budget)} (usable {fmt_bytes(s.usable)}, margin {s.margin:g}): "
+             f"{len(s.measured)} plan(s) measured in {s.seconds:.1f} s",
+             f"  {'plan':<62} {'peak':>10} {'predicted':>10} {'s/step':>8} {'CPU-s':>7}"]
+    front = {id(m) for m in pareto(s.measured)}
+    for m in s.measured:
+        mark = "*" if m is s.chosen else "p" if id(m) in front else " "
+        pred = fmt_bytes(m.predicted_bytes) if m.predicted_bytes else "-"
+        lines.append(f"{mark} {m.candidate.describe(batch):<62} {fmt_bytes(m.peak_bytes):>10} {pred:>10} "
+                     f"{m.step_seconds:8.2f} {m.cpu_seconds if m.cpu_seconds is not None else float('nan'):7.2f}"
+                     f"{'' if fits(m, s.usable) else '  over'}")
+    if s.chosen:
+        lines.append(f"pick: {s.chosen.candidate.describe(batch)} (peak {fmt_bytes(s.chosen.peak_bytes)}, "
+                     f"{s.chosen.step_seconds:.2f} s/step)   [* pick, p Pareto front: peak vs step time"
+                     f"{' (CPU-s)' if s.chosen.cpu_seconds is not None else ''}]")
+    else:
+        lines.append(none_fits_line(s, batch))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the run folder
+
+
+def read_record(*folders: Optional[Path]) -> Optional[dict]:
+    """The first memory_plan.json among `folders` (the run folder; a resumed checkpoint's run folder)."""
+    for folder in folders:
+        p = Path(folder) / PLAN_FILE if folder is not None else None
+        if p is not None and p.is_file():
+            try:
+                return json.loads(p.read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{p}: cannot be read ({exc}); delete it to measure the plans again") from None
+    return None
+
+
+def names_modules(cfg) -> bool:
+    """The user's `memory.activation_checkpointing` is a list of modules (not off/all/every_n)."""
+    return hasattr(cfg.memory.activation_checkpointing, "modules")
+
+
+def applied(cfg, c: Candidate):
+    """`cfg` with the candidate's checkpointing and precision (its micro-batch count goes in the counters)."""
+    d = cfg.to_dict()
+    d["memory"]["activation_checkpointing"] = c.ac_spec(cfg.memory.activation_checkpointing.model_dump()
+                                                        if hasattr(cfg.memory.activation_checkpointing, "model_dump")
+                                                        else cfg.memory.activation_checkpointing)
+    d["precision"] = c.precision
+    return type(cfg).model_validate(d)
+
+
+def log_choice(s: Search, batch: int) -> None:
+    if s.chosen is None:
+        return
+    how = "recorded in the run folder (no measuring on resume)" if s.reused else f"chosen in {s.seconds:.1f} s"
+    log.info(f"memory.budget={fmt_bytes(s.budget)}: {s.chosen.candidate.describe(batch)}, measured peak "
+             f"{fmt_bytes(s.chosen.peak_bytes)}, {s.chosen.step_seconds:.2f} s/step ({how})")

@@ -1,0 +1,216 @@
+"""Measuring one memory plan (memplan.py): a few real training steps in a fresh process.
+
+The parent (`measure`) writes the job (the run's config with the candidate's levers, the
+micro-batch count) to a temporary folder and runs `python -m ecotrain.memplan_measure JOB`; the
+child trains `memory.search_steps` steps with `fit()` (the same assembly, loop, callbacks and
+ledger as the run itself) in that folder, then prints one JSON line and exits without the final
+evaluation. Peak: on CPU the process's peak RSS (`ru_maxrss`, which never goes down: hence one
+process per plan); on CUDA the allocator's `max_memory_allocated`. Step time: the fastest step after
+the first (which allocates the optimizer state and, with the ledger on, counts FLOPs).
+The first (baseline) job also estimates every candidate's activations with `ecotrain plan`'s
+saved-tensor measurement, after its peak has been read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ecotrain import memplan
+from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.log import log
+from ecotrain.memplan import Baseline, Candidate, Measured
+
+TIMEOUT_S = 3600
+
+
+def _job_config(cfg, c: Candidate) -> dict:
+    """The run's config with the candidate applied; nothing that writes outside the job's folder."""
+    d = memplan.applied(cfg, c).to_dict()
+    d["memory"]["budget"] = None
+    d["loop"]["max_steps"] = cfg.memory.search_steps
+    d["checkpoint"].update(at_end=False, every_minutes=None, every_n_steps=None, every_epoch=False, on_best=False)
+    d["logging"]["progress"] = "off"
+    d["tracking"] = {}
+    d["threads"] = torch.get_num_threads()  # the run's own count (threads.for_fit set it)
+    return d
+
+
+def measure(cfg, c: Candidate, first: bool):
+    """Measured (and with `first`, a Baseline) of candidate `c`, from a fresh process."""
+    tmp = Path(tempfile.mkdtemp(prefix="ecotrain-memplan-"))
+    try:
+        job = {"config": _job_config(cfg, c), "micro_batches": c.micro_batches, "candidate": c.key,
+               "estimate": cfg.to_dict() if first else None,  # the user's config: its checkpointing spec
+               "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin)}
+        (tmp / "job.json").write_text(json.dumps(job))
+        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "ecotrain.memplan_measure", str(tmp)], capture_output=True,
+                           text=True, env=env, timeout=TIMEOUT_S)
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        raise EcotrainError(f"memory.budget: measuring the plan '{c.describe(cfg.data.batch_size * cfg.loop.accumulate)}' "
+                            f"failed: {tail}")
+    out = json.loads(lines[-1])
+    peak = out["peak_bytes"] if not out["oom_recoveries"] else max(out["peak_bytes"], cfg.memory.budget + 1)
+    m = Measured(c, int(peak), float(out["step_seconds"]), seconds, cpu_seconds=out["cpu_seconds"])
+    if not first:
+        return m
+    return m, Baseline(out["start_bytes"], out["start_peak_bytes"], out["state_bytes"], out["activations"],
+                       out["n_blocks"])
+
+
+def _rss_now() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # not Linux: the peak so far is the best figure there is
+        return _rss_peak()
+
+
+def _rss_peak() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def estimates(cfg) -> tuple[dict, int]:
+    """candidate key -> estimated activation bytes of one micro-batch, by plan.py's method, for the
+    user's config `cfg` (its own checkpointing spec names the modules of the "modules" candidates)."""
+    from ecotrain.data import load_data
+    from ecotrain.memory import find_blocks, select_modules
+    from ecotrain.models import build_model
+    from ecotrain.plan import activations_at, saved_profile
+    from ecotrain.precision import Precision
+    from ecotrain.task import build_task
+
+    bundle = load_data(cfg)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
+    task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm", num_classes=None)
+    blocks = find_blocks(model)
+    named = memplan.names_modules(cfg)
+    mods = select_modules(model, cfg.memory.activation_checkpointing) if named else []
+    every = blocks + [(n, m) for n, m in mods if n not in {b for b, _ in blocks}]
+    batch = cfg.data.batch_size * cfg.loop.accumulate
+    cands = memplan.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
+                               cfg.precision, cfg.memory.allow_precision_change)
+    profiles = {p: saved_profile(bundle, model, task, Precision(p, torch.device("cpu")), every)
+                for p in dict.fromkeys(c.precision for c in cands)}
+    out = {}
+    for c in cands:
+        if c.checkpointing == "modules":
+            chosen = mods
+        elif c.checkpointing.startswith("every_n:"):
+            chosen = blocks[::int(c.checkpointing.split(":")[1])]
+        else:
+            chosen = blocks if c.checkpointing == "all" else []
+        out[c.key] = int(activations_at(*profiles[c.precision], {n for n, _ in chosen}, -(-batch // c.micro_batches)))
+    return out, len(blocks)
+
+
+def worker(folder: Path) -> None:
+    from ecotrain import Callback, fit
+    from ecotrain.config import Config
+    from ecotrain.plan import _optim_states
+
+    job = json.loads((folder / "job.json").read_text())
+    cfg = Config.model_validate(job["config"])
+    steps = cfg.loop.max_steps
+
+    class Meter(Callback):
+        def __init__(self):
+            self.times, self.cpu, self.t0, self.c0 = [], [], 0.0, 0.0
+
+        def on_fit_start(self, state):
+            if job["micro_batches"] != cfg.loop.accumulate:
+                state.counters.micro_batches = job["micro_batches"]  # exact accumulation (loop.py)
+            trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
+            self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
+            if state.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(state.device)
+                self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
+            else:
+                self.start, self.start_peak = _rss_now(), _rss_peak()
+
+        def on_step_start(self, state):
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, state):
+            self.times.append(time.perf_counter() - self.t0)
+            self.cpu.append(time.process_time() - self.c0)
+            if state.step < steps:
+                return
+            cuda = state.device.type == "cuda"
+            peak = torch.cuda.max_memory_allocated(state.device) if cuda else _rss_peak()
+            fastest = min(range(1, len(self.times)), key=self.times.__getitem__)
+            out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
+                   "cpu_seconds": None if cuda else min(self.cpu[1:]),
+                   "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
+                   "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
+            if job["estimate"] and peak > job["usable"]:  # after the peak is read: its forwards are not measured
+                out["activations"], out["n_blocks"] = estimates(Config.model_validate(job["estimate"]))
+            print(json.dumps(out), flush=True)
+            os._exit(0)  # the plan's training steps are what is measured; no final evaluation
+
+    fit(cfg, callbacks=[Meter()], run_dir=folder / "run", quiet=True)
+    raise SystemExit(f"the run stopped before step {steps}")
+
+
+if __name__ == "__main__":
+    worker(Path(sys.argv[1]))
+
+
+# ---------------------------------------------------------------- choosing for a run
+
+
+def run_search(cfg) -> memplan.Search:
+    """Measure and choose for `cfg` (its `memory.budget` set)."""
+    batch = cfg.data.batch_size * cfg.loop.accumulate
+    first = Candidate("off", cfg.loop.accumulate, cfg.precision)
+
+    def expand(info: Baseline) -> list[Candidate]:
+        return memplan.candidates(info.n_blocks, memplan.names_modules(cfg), batch, cfg.loop.accumulate,
+                                  cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change)
+
+    return memplan.search(first, expand, cfg.memory.budget, cfg.memory.budget_margin,
+                          lambda c, is_first: measure(cfg, c, is_first), cfg.memory.search_candidates)
+
+
+def for_run(cfg, run_dir: Path, resume, own_parts: list[str], world_size: int):
+    """(the config to train, with the chosen plan's checkpointing and precision; the Search or None).
+    A resume reads the choice its run folder recorded and measures nothing."""
+    if cfg.memory.budget is None:
+        return cfg, None
+    if own_parts:
+        raise EcotrainError(f"memory.budget: plans are measured in fresh processes built from the config, so "
+                            f"fit({own_parts[0]}=...) cannot be part of them; set memory.activation_checkpointing "
+                            "and loop.accumulate by hand (see `ecotrain plan`), or drop memory.budget")
+    if world_size > 1:
+        raise EcotrainError("memory.budget: measured for one process; under torchrun set the levers by hand "
+                            "(`ecotrain plan RECIPE --budget ...` on one process shows them)")
+    folders = [run_dir] + ([Path(resume).parent.parent] if resume is not None else [])
+    rec = memplan.read_record(*folders) if resume is not None else None
+    same = rec is not None and rec.get("chosen") and rec.get("budget_bytes") == cfg.memory.budget
+    if resume is not None and not same:
+        log.warning(f"memory.budget: {'no plan recorded' if rec is None else 'the budget changed'} in {run_dir}; "
+                    "measuring the plans again")
+    s = memplan.from_record(rec) if same else run_search(cfg)
+    batch = cfg.data.batch_size * cfg.loop.accumulate
+    if s.chosen is None:
+        raise ConfigError(memplan.none_fits_line(s, batch))
+    memplan.log_choice(s, batch)
+    return memplan.applied(cfg, s.chosen.candidate), s
