@@ -4,18 +4,20 @@
 fp32 (the loss comparison is in fp32), `memory.release_freed` on (as the recipe), the ledger off (its
 FLOP-counting first step defeats checkpointing; docs/memory.md), a fixed thread count. Steps:
 1. the no-checkpointing plan's peak and step time, in a fresh process (memplan_measure.measure);
-2. the 30% and 75% budgets: the search alone (memplan_measure.run_search), as `ecotrain plan --budget`;
-3. the 50% budget: `fit` with memory.budget (search, then `--loss-steps` training steps), beside the
-   unconstrained `fit` (no checkpointing, one micro-batch) of the same steps; the per-step losses
-   are compared for exact equality.
+2. the search at each budget (memplan_measure.run_search, as `fit` and `ecotrain plan --budget` run it);
+3. the 50% budget's chosen plan trained by `fit` for `--loss-steps` steps (its checkpointing and
+   precision in the config, its micro-batch count in the counters, as memory.budget sets them),
+   beside the unconstrained `fit` (no checkpointing, one micro-batch); the per-step losses are
+   compared for exact equality.
 `within_budget`: the chosen plan's measured peak / budget, per budget (30/50/75). `time_ratio_at_50`:
 the chosen plan's step time / the no-checkpointing step time, both measured in that search (side by
-side; CPU-seconds ratio printed too). `search_seconds`: the 50% search's wall time; the demo run is
+side; `cpu_time_ratio_at_50` the same in CPU seconds, steadier on a shared machine). `search_seconds`:
+the 50% search's wall time (`search_share`: over the demo run's); the demo run is
 the recipe's `loop.max_steps` steps at the chosen plan's measured step time.
 
     python bench/memory_budget.py [--layers 6] [--d-model 256] [--batch 8] [--loss-steps 50] [--threads 2]
-Ends with `RESULT within_budget=<30>/<50>/<75> time_ratio_at_50=<f> search_seconds=<f> search_share=<f>
-loss_identical=<true|false>`.
+Ends with `RESULT within_budget=<30>/<50>/<75> time_ratio_at_50=<f> cpu_time_ratio_at_50=<f>
+search_seconds=<f> search_share=<f> loss_identical=<true|false>`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from ecotrain import Callback, Config, fit
-from ecotrain.memplan import Candidate, fmt_bytes, format_search
+from ecotrain.memplan import Candidate, applied, fmt_bytes, format_search
 from ecotrain.memplan_measure import measure, run_search
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "charlm_long.yaml"
@@ -56,11 +58,17 @@ def config(args, steps: int, budget=None) -> Config:
     return Config.model_validate(d)
 
 
-def losses_of(cfg: Config) -> tuple[list, dict]:
+def losses_of(cfg: Config, micro_batches: int = 1) -> list:
     rec = Losses()
+
+    class Micro(Callback):  # the chosen plan's micro-batch count, as fit sets it (assemble.py)
+        def on_fit_start(self, state):
+            if micro_batches > 1:
+                state.counters.micro_batches = micro_batches
+
     with tempfile.TemporaryDirectory() as d:
-        result = fit(cfg, callbacks=[rec], run_dir=Path(d) / "run", quiet=True)
-    return rec.losses, result.summary
+        fit(cfg, callbacks=[Micro(), rec], run_dir=Path(d) / "run", quiet=True)
+    return rec.losses
 
 
 def main() -> None:
@@ -75,41 +83,38 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     recipe_steps = yaml.safe_load(RECIPE.read_text())["loop"]["max_steps"]
-    probe = config(args, 3, budget="1000GiB")
-    full = measure(probe, Candidate("off", 1, "fp32"), False)
+    full = measure(config(args, 3, budget="1000GiB"), Candidate("off", 1, "fp32"), False)
     print(f"no checkpointing: peak {fmt_bytes(full.peak_bytes)}, {full.step_seconds:.2f} s/step "
-          f"({full.cpu_seconds:.2f} CPU-s), measured in {full.seconds:.1f} s", file=sys.stderr)
-    within, searches = {}, {}
-    for frac in (0.3, 0.75):
-        cfg = config(args, 3, budget=int(frac * full.peak_bytes))
-        s = run_search(cfg)
-        print(f"--- budget {frac:.0%} of the no-checkpointing peak\n{format_search(s, args.batch)}", file=sys.stderr)
-        searches[frac] = s.record(args.batch)
-    cfg50 = config(args, args.loss_steps, budget=int(0.5 * full.peak_bytes))
-    chosen_losses, summary = losses_of(cfg50)
-    searches[0.5] = summary["memory_plan"]
-    from ecotrain.memplan import from_record
-
-    print(f"--- budget 50% of the no-checkpointing peak (fit)\n{format_search(from_record(searches[0.5]), args.batch)}",
-          file=sys.stderr)
-    plain_losses, _ = losses_of(config(args, args.loss_steps))
-    for frac in (0.3, 0.5, 0.75):
-        rec = searches[frac]
-        within[frac] = rec["chosen"]["peak_bytes"] / rec["budget_bytes"] if rec["chosen"] else float("nan")
-    rec = searches[0.5]
-    base = next(r for r in rec["measured"] if r["checkpointing"] == "off" and r["micro_batches"] == 1)
-    time_ratio = rec["chosen"]["step_seconds"] / base["step_seconds"]
-    cpu_ratio = rec["chosen"]["cpu_seconds"] / base["cpu_seconds"]
-    demo = recipe_steps * rec["chosen"]["step_seconds"]
-    share = rec["search_seconds"] / demo
+          f"({full.cpu_seconds:.2f} CPU-s), measured in {full.seconds:.1f} s", file=sys.stderr, flush=True)
+    searches = {}
+    for frac in (0.5, 0.3, 0.75):
+        s = run_search(config(args, 3, budget=int(frac * full.peak_bytes)))
+        print(f"--- budget {frac:.0%} of the no-checkpointing peak\n{format_search(s, args.batch)}", file=sys.stderr,
+              flush=True)
+        searches[frac] = s
+    within = {f: s.chosen.peak_bytes / s.budget if s.chosen else float("nan") for f, s in searches.items()}
+    s50 = searches[0.5]
+    if s50.chosen is None:
+        sys.exit("no plan fits the 50% budget on this model (the process itself outweighs its activations); "
+                 "use a larger model")
+    base = s50.measured[0]  # the no-checkpointing plan, measured first in the same search
+    time_ratio = s50.chosen.step_seconds / base.step_seconds
+    cpu_ratio = s50.chosen.cpu_seconds / base.cpu_seconds
+    demo = recipe_steps * s50.chosen.step_seconds
+    share = s50.seconds / demo
+    print(f"chosen at 50%: {s50.chosen.candidate.describe(args.batch)}; step time {time_ratio:.2f}x the "
+          f"no-checkpointing plan's ({cpu_ratio:.2f}x in CPU-s); search {s50.seconds:.1f} s = {share:.2%} of the demo "
+          f"run ({recipe_steps} steps x {s50.chosen.step_seconds:.2f} s = {demo / 60:.0f} min)", file=sys.stderr,
+          flush=True)
+    chosen = s50.chosen.candidate
+    chosen_losses = losses_of(applied(config(args, args.loss_steps), chosen), chosen.micro_batches)
+    plain_losses = losses_of(config(args, args.loss_steps))
     identical = chosen_losses == plain_losses
     worst = max(abs(a - b) for a, b in zip(chosen_losses, plain_losses))
-    print(f"losses over {len(plain_losses)} steps: identical={identical} (max |diff| {worst:.3g}); chosen at 50%: "
-          f"{rec['chosen']['plan']}; step time {time_ratio:.2f}x the no-checkpointing plan's ({cpu_ratio:.2f}x in "
-          f"CPU-s); search {rec['search_seconds']:.1f} s = {share:.2%} of the demo run ({recipe_steps} steps x "
-          f"{rec['chosen']['step_seconds']:.2f} s = {demo / 60:.0f} min)", file=sys.stderr)
+    print(f"losses over {len(plain_losses)} steps: identical={identical} (max |diff| {worst:.3g})", file=sys.stderr)
     print(f"RESULT within_budget={within[0.3]:.3f}/{within[0.5]:.3f}/{within[0.75]:.3f} time_ratio_at_50={time_ratio:.3f} "
-          f"search_seconds={rec['search_seconds']:.1f} search_share={share:.4f} loss_identical={str(identical).lower()}")
+          f"cpu_time_ratio_at_50={cpu_ratio:.3f} search_seconds={s50.seconds:.1f} search_share={share:.4f} "
+          f"loss_identical={str(identical).lower()}")
 
 
 if __name__ == "__main__":

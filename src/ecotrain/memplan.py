@@ -97,13 +97,11 @@ def checkpoint_levels(n_blocks: int, named: bool) -> list[tuple[str, int]]:
         return [("off", 0), ("modules", 0)]
     if n_blocks == 0:
         return [("off", 0)]
-    levels, seen = [("off", 0)], {0, n_blocks}
-    for k in range(n_blocks, 1, -1):  # fewest checkpointed first
-        count = -(-n_blocks // k)
-        if count not in seen:
-            seen.add(count)
-            levels.append((f"every_n:{k}", count))
-    return levels + [("all", n_blocks)]
+    by_count: dict[int, str] = {}
+    for k in range(2, n_blocks + 1):  # the smallest K of each count: the checkpointed blocks spread evenly
+        by_count.setdefault(-(-n_blocks // k), f"every_n:{k}")
+    every = [(level, count) for count, level in sorted(by_count.items()) if count < n_blocks]
+    return [("off", 0), *every, ("all", n_blocks)]
 
 
 def micro_counts(batch: int, accumulate: int, min_micro: int) -> list[int]:

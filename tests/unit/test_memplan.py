@@ -1,0 +1,192 @@
+"""memory.budget (memplan.py): parsing, candidates, the choice, the record and a resume's reuse.
+
+The search's measuring function is given here as a table of peaks and step times (what the fresh
+processes of memplan_measure would report), so the choice logic is checked on known numbers; the
+real measuring runs in tests/integration/test_memory_budget.py."""
+
+import json
+
+import pytest
+
+from ecotrain.config import Config, load_config
+from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.memplan import (PLAN_FILE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
+                              choose, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
+from ecotrain.memplan_measure import for_run
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("text, n", [("2GiB", 2 * 2**30), ("512MiB", 512 * MiB), ("1.5GB", 1_500_000_000),
+                                     ("800M", 800_000_000), (3_000_000_000, 3_000_000_000), ("2 gib", 2 * 2**30)])
+def test_parse_bytes(text, n):
+    assert parse_bytes(text) == n
+
+
+@pytest.mark.parametrize("bad", ["abc", "2 parsecs", "-1GiB", "12", "0.5KiB", True, "", "1e400GiB"])
+def test_parse_bytes_refuses(bad):
+    with pytest.raises(ValueError):
+        parse_bytes(bad)
+
+
+def test_bad_budget_is_one_line_naming_the_key(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data: {name: digits}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(recipe, ["memory.budget=2 parsecs"])
+    msg = str(e.value)
+    assert "memory.budget" in msg and "2GiB" in msg and "\n" not in msg
+    assert load_config(recipe, ["memory.budget=512MiB"]).memory.budget == 512 * MiB
+    assert load_config(recipe).memory.budget is None
+
+
+def test_checkpoint_levels_from_none_to_all():
+    assert checkpoint_levels(6, False) == [("off", 0), ("every_n:6", 1), ("every_n:3", 2), ("every_n:2", 3), ("all", 6)]
+    assert checkpoint_levels(1, False) == [("off", 0), ("all", 1)]
+    assert checkpoint_levels(0, False) == [("off", 0)]
+    assert checkpoint_levels(6, True) == [("off", 0), ("modules", 0)]
+
+
+def test_micro_counts_keep_the_effective_batch_and_the_minimum():
+    assert micro_counts(8, 1, 1) == [1, 2, 4, 8]
+    assert micro_counts(8, 1, 2) == [1, 2, 4]
+    assert micro_counts(8, 2, 1) == [2, 4, 8]
+    assert micro_counts(6, 1, 1) == [1, 2, 4]  # 6 in 4 pieces is 2,2,2,0 at most 2 each; 8 pieces would repeat 1
+    assert micro_counts(1, 1, 1) == [1]
+
+
+def test_candidates_first_is_the_least_constrained_and_precision_only_when_allowed():
+    cs = candidates(6, False, 8, 1, 1, "fp32", False)
+    assert cs[0] == Candidate("off", 1, "fp32", 0)
+    assert {c.precision for c in cs} == {"fp32"} and len(cs) == 5 * 4
+    both = candidates(6, False, 8, 1, 1, "fp32", True)
+    assert {c.precision for c in both} == {"fp32", "bf16-mixed"} and len(both) == 40
+    assert len({c.key for c in both}) == 40
+
+
+def m(level, n, peak_mib, secs, prec="fp32", count=0):
+    return Measured(Candidate(level, n, prec, count), peak_mib * MiB, secs)
+
+
+def test_choose_fastest_that_fits_with_margin():
+    ms = [m("off", 1, 1000, 1.0), m("every_n:2", 1, 800, 1.1), m("all", 1, 600, 1.2), m("off", 2, 700, 1.05)]
+    assert choose(ms, 10_000 * MiB).candidate.key == "off/1/fp32"
+    assert choose(ms, 950 * MiB).candidate.key == "off/2/fp32"  # faster than every_n:2, and fits
+    assert choose(ms, 650 * MiB).candidate.key == "all/1/fp32"
+    assert choose(ms, 500 * MiB) is None
+    assert [x.candidate.key for x in pareto(ms)] == ["all/1/fp32", "off/2/fp32", "off/1/fp32"]
+
+
+class Table:
+    """A measuring function over known (peak MiB, s/step) per candidate key; counts what it measured."""
+
+    def __init__(self, table, estimates):
+        self.table, self.estimates, self.calls = table, estimates, []
+
+    def __call__(self, c, first):
+        self.calls.append(c.key)
+        peak, secs = self.table[c.key]
+        out = Measured(c, peak * MiB, secs)
+        if not first:
+            return out
+        return out, Baseline(300 * MiB, 300 * MiB, 10 * MiB, {k: v * MiB for k, v in self.estimates.items()}, 2)
+
+
+def cands():
+    return candidates(2, False, 4, 1, 1, "fp32", False)  # levels off, every_n:2, all; micro 1, 2, 4
+
+
+# peaks (MiB) and s/step of the 9 plans: 300 MiB of process, the rest activations
+TRUE = {"off/1/fp32": (1000, 1.0), "off/2/fp32": (660, 1.02), "off/4/fp32": (490, 1.1),
+        "every_n:2/1/fp32": (700, 1.1), "every_n:2/2/fp32": (520, 1.12), "every_n:2/4/fp32": (420, 1.2),
+        "all/1/fp32": (450, 1.25), "all/2/fp32": (390, 1.3), "all/4/fp32": (350, 1.4)}
+EST = {"off/1/fp32": 690, "off/2/fp32": 345, "off/4/fp32": 172, "every_n:2/1/fp32": 380, "every_n:2/2/fp32": 190,
+       "every_n:2/4/fp32": 95, "all/1/fp32": 140, "all/2/fp32": 70, "all/4/fp32": 35}
+
+
+def run_search(budget_mib, table=TRUE, limit=4):
+    t = Table(table, EST)
+    first = cands()[0]
+    s = search(first, lambda info: cands(), budget_mib * MiB, 0.05, t, limit)
+    return s, t.calls
+
+
+def test_search_stops_at_the_baseline_when_it_fits():
+    s, calls = run_search(2000)
+    assert calls == ["off/1/fp32"] and s.chosen.candidate.key == "off/1/fp32"
+
+
+def test_search_measures_the_least_constrained_predicted_plans_and_picks_the_fastest_that_fits():
+    s, calls = run_search(730)  # usable 693.5 MiB
+    assert calls[0] == "off/1/fp32"
+    assert "off/2/fp32" in calls and "all/4/fp32" not in calls  # dominated plans are not measured
+    assert s.chosen.candidate.key == "off/2/fp32"  # 660 MiB fits, 1.02 s beats every_n:2's 1.1 s
+    assert all(x.peak_bytes <= s.usable for x in s.measured if x is s.chosen)
+    assert len(calls) <= 5
+
+
+def test_search_moves_on_when_a_prediction_was_too_low():
+    table = {**TRUE, "off/2/fp32": (720, 1.02)}  # predicted ~645 MiB, measures over the usable 693.5
+    s, calls = run_search(730, table)
+    assert calls.index("off/4/fp32") == calls.index("off/2/fp32") + 1  # its group's next plan, measured next
+    assert s.chosen.candidate.key != "off/2/fp32"
+    assert s.chosen is not None and s.chosen.peak_bytes <= s.usable
+
+
+def test_no_plan_fits_says_the_smallest_peak_and_the_next_lever():
+    s, calls = run_search(330)
+    assert s.chosen is None
+    assert "all/4/fp32" in calls  # the most frugal plan was measured, to say how close it came
+    line = none_fits_line(s, 4)
+    assert "\n" not in line and "no plan fits" in line and "350 MiB" in line
+    assert "sharding" in line
+
+
+def test_record_round_trip_and_applied_config():
+    s, _ = run_search(730)
+    rec = json.loads(json.dumps(s.record(4)))
+    back = from_record(rec)
+    assert back.reused and back.chosen.candidate == s.chosen.candidate
+    assert [x.peak_bytes for x in back.measured] == [x.peak_bytes for x in s.measured]
+    cfg = Config.model_validate({"memory": {"budget": "1GiB"}, "precision": "fp32"})
+    out = applied(cfg, Candidate("every_n:3", 2, "bf16-mixed", 2))
+    assert out.memory.activation_checkpointing.every_n == 3 and out.precision == "bf16-mixed"
+    assert applied(cfg, Candidate("all", 1, "fp32")).memory.activation_checkpointing == "all"
+
+
+def test_no_budget_changes_nothing(tmp_path):
+    cfg = Config.model_validate({"data": {"name": "digits"}})
+    out, s = for_run(cfg, tmp_path, None, [], 1)
+    assert out is cfg and s is None
+
+
+def test_budget_refuses_own_parts_and_ranks(tmp_path):
+    cfg = Config.model_validate({"memory": {"budget": "1GiB"}})
+    with pytest.raises(EcotrainError, match=r"fit\(model=\.\.\.\)"):
+        for_run(cfg, tmp_path, None, ["model"], 1)
+    with pytest.raises(EcotrainError, match="torchrun"):
+        for_run(cfg, tmp_path, None, [], 2)
+
+
+def test_resume_reuses_the_recorded_choice_without_measuring(tmp_path):
+    s, _ = run_search(730)
+    (tmp_path / PLAN_FILE).write_text(json.dumps(s.record(4)))
+    # a config whose data cannot even be loaded: measuring anything would fail, reading the record does not
+    cfg = Config.model_validate({"data": {"name": "pkg_that_does_not_exist:load"}, "memory": {"budget": 730 * MiB},
+                                 "precision": "fp32"})
+    out, again = for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], 1)
+    assert again.reused and again.chosen.candidate == s.chosen.candidate
+    assert again.seconds == s.record(4)["search_seconds"]
+    assert out.memory.activation_checkpointing == "off" and out.precision == "fp32"
+    # a checkpoint resumed into another folder: its own run folder's record
+    other = tmp_path / "elsewhere"
+    out2, again2 = for_run(cfg, other, tmp_path / "checkpoints" / "step-00000003", [], 1)
+    assert again2.reused and again2.chosen.candidate == s.chosen.candidate
+
+
+def test_resume_with_a_changed_budget_measures_again(tmp_path):
+    s, _ = run_search(730)
+    (tmp_path / PLAN_FILE).write_text(json.dumps(s.record(4)))
+    cfg = Config.model_validate({"data": {"name": "pkg_that_does_not_exist:load"}, "memory": {"budget": 900 * MiB}})
+    with pytest.raises(EcotrainError, match="measuring the plan"):  # it tried to measure: the data cannot load
+        for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], 1)
