@@ -246,19 +246,22 @@ def test_format_report_word_for_word():
         "b             16      2.0000          3.2500     1.1000",
         "(shift from the starting weights: mean_shift in starting standard deviations; var_ratio 1 = unchanged)",
         "validation accuracy: eval mode 0.8000, train mode 0.7500 (batch 16), gap -0.0500",
-        "warning: the gap is more than warn_gap 0.01: inference will behave differently from training; batch "
-        "statistics of 16 samples are noisier than the running ones, so the weights were trained on noisy "
-        "normalisation (policy: freeze_stats, or groupnorm) (docs/finetuning.md)"])
+        "verdict: train-mode accuracy (batch 16) is 0.0500 below eval-mode on the validation split: batch statistics "
+        "that small are noisy, not drift; try freeze_stats or groupnorm (docs/finetuning.md)"])
+    drift = {**r, "val_accuracy_train_mode": 0.9, "mode_gap": 0.1}
+    assert format_report(drift).splitlines()[-1] == (
+        "verdict: eval-mode accuracy is 0.1000 below train-mode on the validation split: drift; try recompute or "
+        "domain statistics (docs/finetuning.md)")
 
 
 def test_format_report_of_a_groupnorm_run_without_validation():
     assert format_report({"policy": "groupnorm", "groups": 8, "groupnorm_layers": 3, "layers": {}}) == "\n".join([
         "BatchNorm policy: groupnorm, groups 8",
         "3 BatchNorm layers were swapped for GroupNorm: no running statistics",
-        "validation accuracy: not measured (no validation split, or not a classification task)"])
+        "verdict: not measured (no validation split, or not a classification task)"])
     assert format_report({"policy": "train", "groupnorm_layers": 0, "layers": None}) == "\n".join([
         "BatchNorm policy: train",
-        "validation accuracy: not measured (no validation split, or not a classification task)"])
+        "verdict: not measured (no validation split, or not a classification task)"])
     unwarned = {"policy": "train", "layers": {"a": {"channels": 1, "mean_shift": 0, "max_mean_shift": 0, "var_ratio": 1}},
                 "val_accuracy_eval_mode": 1.0, "val_accuracy_train_mode": 1.0, "train_mode_batch_size": 4,
                 "mode_gap": 0.0, "warn_gap": 0.05, "warned": False}
@@ -266,4 +269,22 @@ def test_format_report_of_a_groupnorm_run_without_validation():
         "layer  channels  mean_shift  max_mean_shift  var_ratio",
         "a             1      0.0000          0.0000     1.0000",
         "(shift from the starting weights: mean_shift in starting standard deviations; var_ratio 1 = unchanged)",
-        "validation accuracy: eval mode 1.0000, train mode 1.0000 (batch 4), gap +0.0000"]
+        "validation accuracy: eval mode 1.0000, train mode 1.0000 (batch 4), gap +0.0000",
+        "verdict: no drift: eval-mode and train-mode accuracy on the validation split are within warn_gap 0.05 "
+        "(gap +0.0000)"]
+
+
+def test_format_report_of_a_domain_run_shows_each_domains_statistics():
+    table = {"1": {"channels": 16, "mean_shift": 0.5, "max_mean_shift": 1.0, "var_ratio": 2.0}}
+    r = {"policy": "domain", "domain": "b", "domain_stats": "running", "layers": table,
+         "domains": {"a": {"1": {**table["1"], "mean_shift": 0.25}}, "b": table}}
+    assert format_report(r) == "\n".join([
+        "BatchNorm policy: domain, domain b, statistics running",
+        "domain a (carried over):",
+        "layer  channels  mean_shift  max_mean_shift  var_ratio",
+        "1            16      0.2500          1.0000     2.0000",
+        "domain b (this run):",
+        "layer  channels  mean_shift  max_mean_shift  var_ratio",
+        "1            16      0.5000          1.0000     2.0000",
+        "(domains: shift from the pre-trained statistics, which any other domain key is served with)",
+        "verdict: not measured (no validation split, or not a classification task)"])

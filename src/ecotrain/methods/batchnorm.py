@@ -370,7 +370,7 @@ def format_report(r: dict) -> str:
     if r.get("groupnorm_layers"):
         lines.append(f"{r['groupnorm_layers']} BatchNorm layers were swapped for GroupNorm: no running statistics")
     layers = r.get("layers") or {}
-    if layers:
+    if layers and not r.get("domains"):  # under policy domain, the run's own domain's table below is this one
         lines += _layer_table(layers)
         lines.append("(shift from the starting weights: mean_shift in starting standard deviations; var_ratio 1 = unchanged)")
     for key, table in (r.get("domains") or {}).items():
