@@ -41,6 +41,7 @@ from ecotrain.optim import build_optimizer, build_scheduler
 from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
+from ecotrain.accounting.timing import CarbonTiming
 from ecotrain.tracking import tracking_callbacks
 from ecotrain.task import UserTask, build_task, user_metrics
 from ecotrain.threads import ThreadChoice
@@ -283,6 +284,8 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     offset = logger.offset if logger else (lambda: 0)
     cbs.append(Checkpointer(manager, cfg.checkpoint, lambda st, copy: capture(
         st, cb_list, augment, offset(), bundle.content_hash, copy), preemption))
+    if cfg.carbon.forecast:  # after the Checkpointer: a pause saves the step every callback has finished
+        cbs.append(CarbonTiming(cfg.carbon, cbs[-1], preemption, ledger))
     cb_list = CallbackList(cbs)
     cb_list.stateful()  # two callbacks sharing a state key fail here, before anything trains
     return cb_list, logger, ledger

@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
                    "and a group file D-group.json for compare/report")
     f.add_argument("--print-config", action="store_true", help="print the merged, validated config as YAML "
                    "and exit without training")
+    f.add_argument("--carbon-forecast", metavar="FILE", help="grid-intensity forecast (Carbon Aware SDK or "
+                   "ElectricityMaps JSON, or CSV time,gCO2e/kWh): pause at a checkpoint while the grid is dirty "
+                   "(carbon.forecast; docs/green.md)")
+    f.add_argument("--deadline", help="with --carbon-forecast: finish by this ISO time or duration (12h); the run "
+                   "trains in the cleanest hours before it (carbon.deadline)")
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
@@ -134,6 +139,11 @@ def cmd_fit(args) -> int:
 
     from ecotrain.config import load_config
 
+    if getattr(args, "carbon_forecast", None) or getattr(args, "deadline", None):
+        from ecotrain.config_carbon import cli_overrides
+
+        args.overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
+        args.carbon_forecast = args.deadline = None  # now overrides: each seed of a group gets them once
     cfg = load_config(args.recipe, args.overrides)
     if args.print_config:
         from ecotrain.rundir import config_yaml

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ecotrain.errors import ConfigError
 from ecotrain.memplan import parse_bytes
 from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
+from ecotrain.config_carbon import CarbonConfig
 from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,
@@ -350,6 +351,7 @@ class Config(_Section):
     methods: list[MethodConfig] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    carbon: CarbonConfig = Field(default_factory=CarbonConfig)  # timing by a grid forecast (config_carbon.py)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @field_validator("name")

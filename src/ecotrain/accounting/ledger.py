@@ -72,6 +72,7 @@ class Ledger(Callback):
         self._passes0 = 0
         self.remeasures = 0
         self._state = None  # for state_dict(), which gets no state
+        self.timing = None  # accounting.timing.CarbonTiming when carbon.forecast is set: CO2e per interval
 
     # -- set-up --------------------------------------------------------------------------------
     def on_fit_start(self, state):
@@ -249,6 +250,8 @@ class Ledger(Callback):
                 "grid": self.grid, "source": self.intensity_source, "method": "energy kWh x grid intensity",
                 "missing_reason": None if g is not None and kwh is not None else
                 (self.intensity_source if g is None else "no energy figure (see energy.missing_reason)")}
+        if self.timing is not None:
+            co2e.update(timed_co2e(self.timing.record(state, kwh), kwh))
         cost = {"amount": hours * self.price if self.price is not None else None, "currency": self.cfg.currency,
                 "price_per_device_hour": self.price, "source": self.price_source,
                 "missing_reason": None if self.price is not None else
@@ -300,6 +303,21 @@ class Ledger(Callback):
         self.prior["eval_flops"] = sd.get("eval_flops", 0.0)
         if "eval_flops" in sd:
             self._passes0 = self.eval_passes
+
+
+def timed_co2e(record: dict, kwh: Optional[float]) -> dict:
+    """ledger.json `co2e` of a run timed by a forecast: the sum over the intervals it trained in of
+    kWh x that interval's intensity; `g_per_kwh` the intensity paid on average (by kWh; by steps
+    when energy is not measured, and then no kg)."""
+    out = {**record, "source": f"forecast {record['forecast']}, per interval (co2e.intervals)",
+           "method": "sum over intervals of energy kWh x the forecast's intensity", "grid": "forecast"}
+    parts = [(i["kwh"], i["g_per_kwh"]) for i in record["intervals"]]
+    if kwh is not None and parts and all(k is not None for k, _ in parts):
+        kg = sum(k * g for k, g in parts) / 1000
+        return {**out, "kg": kg, "g_per_kwh": kg * 1000 / kwh if kwh else record["g_per_kwh_by_steps"],
+                "missing_reason": None}
+    return {**out, "kg": None, "g_per_kwh": record["g_per_kwh_by_steps"],
+            "missing_reason": "no energy figure (see energy.missing_reason); g_per_kwh is by steps"}
 
 
 def _no_energy(setting: str) -> dict:

@@ -24,6 +24,8 @@ def add_commands(sub) -> dict:
     g.add_argument("--seeds-confirm", default="5", metavar="N|SEEDS", help="fresh seeds for the confirmation: a count "
                    f"(5: seeds {FRESH_FROM}-{FRESH_FROM + 4}) or a list (10-14); 0: no confirmation")
     g.add_argument("--seed", type=int, default=0, help="the design seed of the baseline and every trial (default 0)")
+    g.add_argument("--check-seeds", default="1,2", help="more design seeds on which the cheapest feasible trials "
+                   "are trained again before one is chosen (validation only; default 1,2; none: no check)")
     g.add_argument("--by", default="flops", choices=["flops", "energy", "co2e", "cpu_seconds", "money"],
                    help="the cost to minimise (default flops: counted; the others are measured)")
     g.add_argument("--min-cost-cut", type=float, default=0.5, help="the confirmation's cost criterion, as compare's "
@@ -34,7 +36,7 @@ def add_commands(sub) -> dict:
                    "val_accuracy in the search, test_accuracy in the confirmation)")
     g.add_argument("--out", help="output folder (default runs/<recipe name>-green)")
     g.add_argument("--carbon-forecast", metavar="FILE", help="time every run by this grid-intensity forecast "
-                   "(passed to each run as ledger.carbon_forecast; docs/green.md)")
+                   "(passed to each run as carbon.forecast; docs/green.md)")
     g.add_argument("--deadline", help="with --carbon-forecast: each run's deadline (ISO time, or a duration "
                    "from its start such as 12h)")
     return {"green": cmd_green}
@@ -53,33 +55,32 @@ def confirm_seeds(text: str) -> str | None:
 def cmd_green(args) -> int:
     from ecotrain import cli
     from ecotrain.config import load_config
+    from ecotrain.config_carbon import cli_overrides
     from ecotrain.green import confirm as confirm_mod
     from ecotrain.green import output
     from ecotrain.green.search import BY, Options, run_search
     from ecotrain.rundir import write_json
+    from ecotrain.sweep import parse_seeds
 
     if args.tolerance < 0 or args.budget_runs <= 0 or args.trials < 1:
         raise ConfigError("--tolerance must be >= 0, --budget-runs > 0 and --trials >= 1")
-    if args.deadline and not args.carbon_forecast:
-        raise ConfigError("--deadline: only with --carbon-forecast FILE")
-    overrides = list(args.overrides)
+    overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
     if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
         raise ConfigError("ecotrain green: --seed sets the design seed and --seeds-confirm the fresh ones; "
                           "drop the seed=... override")
-    if args.carbon_forecast:
-        overrides.append(f"ledger.carbon_forecast={Path(args.carbon_forecast).resolve()}")
-        if args.deadline:
-            overrides.append(f"ledger.deadline={args.deadline}")
     fresh = confirm_seeds(args.seeds_confirm)
+    checks = [] if args.check_seeds.strip().lower() == "none" else parse_seeds(args.check_seeds)
+    if args.seed in checks:
+        raise ConfigError(f"--check-seeds {args.check_seeds}: includes the design seed {args.seed} (--seed)")
     if fresh is not None:
-        confirm_mod.check_seeds(args.seed, fresh)
+        confirm_mod.check_seeds([args.seed, *checks], fresh)
     cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
     out = Path(args.out or f"runs/{cfg.name}-green")
     levers = [x.strip() for x in args.levers.split(",") if x.strip()] if args.levers else None
     if args.margin is not None and not 0 <= args.margin <= args.tolerance:
         raise ConfigError(f"--margin {args.margin:g}: between 0 and the tolerance ({args.tolerance:g})")
     opts = Options(args.recipe, overrides, out, args.tolerance, args.margin, args.trials, args.budget_runs, args.by,
-                   args.seed, levers, f"val_{args.metric}", preemption=cli._PREEMPTION)
+                   args.seed, levers, f"val_{args.metric}", preemption=cli._PREEMPTION, check_seeds=tuple(checks))
 
     def shown(row):
         what = " ".join(row.overrides) if row.state != "skipped" else row.why
@@ -91,11 +92,12 @@ def cmd_green(args) -> int:
     print()
     print(output.trials_table(search))
     base_cost = search.baseline["cost"]
-    design = base_cost + sum(r.cost or 0.0 for r in search.rows)
-    costs = {"baseline (design seed)": base_cost, f"trials ({len(search.rows)})": design - base_cost}
+    design = search.spent
+    costs = {"baseline (design seed)": base_cost, f"trials ({len(search.rows)})": sum(r.cost or 0.0 for r in search.rows),
+             f"checks on design seeds {args.check_seeds} ({len(search.checks)} runs)": sum(c["cost"] for c in search.checks)}
     if search.chosen is None:
         output.write_html(out, search, args.tolerance, args.by, costs=costs)
-        print(f"no trial kept {opts.metric} within {args.tolerance:g} of the baseline's; nothing written to "
+        print(f"no trial kept {opts.metric} within {opts.allowed:g} of the baseline's; nothing written to "
               f"{out / 'green.yaml'} (see {out / 'green.html'})")
         return 1
     green_yaml = out / "green.yaml"
@@ -118,13 +120,14 @@ def cmd_green(args) -> int:
     html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs)
     pruned = sum(r.state == "pruned" for r in search.rows)
     skipped = sum(r.state == "skipped" for r in search.rows)
-    print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline and "
-          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained)"
+    print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline, "
+          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained, and {len(search.checks)} check runs)"
           + (f", with the confirmation {total / base_cost:.2f}" if result else ""))
     print(f"pays back after {payback} runs" if payback is not None else
           "the green recipe saves nothing per run: the search never pays back")
     write_json(out / "green.json", {
         "chosen": search.chosen.number, "overrides": search.chosen.overrides, "by": args.by,
+        "check_deficit": search.chosen.check_deficit, "check_seeds": checks,
         "tolerance": args.tolerance, "design_seed": args.seed, "fresh_seeds": fresh,
         "design_cost_ratio": search.chosen.ratio, "validation_deficit": search.chosen.deficit,
         "search_cost_baselines": design / base_cost, "total_cost_baselines": total / base_cost,

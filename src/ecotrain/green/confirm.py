@@ -83,11 +83,12 @@ def payback_runs(search_cost: float, saving_per_run: float) -> Optional[int]:
     return max(0, math.ceil(search_cost / saving_per_run - 1e-9))
 
 
-def check_seeds(design: int, fresh: str) -> list[int]:
+def check_seeds(design: list[int], fresh: str) -> list[int]:
     seeds = parse_seeds(fresh)
-    if design in seeds:
-        raise ConfigError(f"--seeds-confirm {fresh}: includes the design seed {design}; confirmation needs fresh "
-                          "seeds (docs/evaluation.md), e.g. 10-14")
+    both = sorted(set(design) & set(seeds))
+    if both:
+        raise ConfigError(f"--seeds-confirm {fresh}: includes design seed {both[0]}; confirmation needs fresh "
+                          "seeds, disjoint from --seed and --check-seeds (docs/evaluation.md), e.g. 10-14")
     if len(seeds) < 2:
         raise ConfigError(f"--seeds-confirm {fresh}: at least 2 fresh seeds for an interval (5 for a headline)")
     return seeds

@@ -13,7 +13,7 @@ from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
 from ecotrain.rundir import atomic_write, config_yaml, write_json
 
-COLUMNS = ["trial", "state", "cost_ratio", "val", "deficit", "feasible", "overrides", "note"]
+COLUMNS = ["trial", "state", "cost_ratio", "val", "deficit", "feasible", "check_deficit", "overrides", "note"]
 
 
 def write_recipe(path: Path, recipe: str, overrides: list[str], search, tolerance: float, by: str) -> None:
@@ -26,7 +26,9 @@ def write_recipe(path: Path, recipe: str, overrides: list[str], search, toleranc
     head = (f"# ecotrain fit {path}\n"
             f"# Found by `ecotrain green {recipe} --tolerance {tolerance:g} --by {by}`: trial {row.number}, "
             f"{row.ratio:.3f}x the baseline's {by} on the design seed,\n"
-            f"# validation deficit {row.deficit:+.4f} (chosen on validation only; see verdict.txt for the fresh seeds).\n"
+            f"# validation deficit {row.deficit:+.4f}"
+            + (f" ({row.check_deficit:+.4f} over all design seeds)" if row.check_deficit is not None else "")
+            + " (chosen on validation only; see verdict.txt for the fresh seeds).\n"
             f"# Overrides of {recipe}: {' '.join(row.overrides)}\n")
     atomic_write(path, (head + config_yaml(cfg)).encode())
 
@@ -35,7 +37,8 @@ def rows_of(search) -> list[dict]:
     out = []
     for r in search.rows:
         out.append({"trial": r.number, "state": r.state, "cost_ratio": r.ratio, "val": r.val, "deficit": r.deficit,
-                    "feasible": r.feasible, "overrides": " ".join(r.overrides), "note": r.why,
+                    "feasible": r.feasible, "check_deficit": r.check_deficit, "overrides": " ".join(r.overrides),
+                    "note": r.why,
                     "params": r.params, "cost": r.cost, "flops": r.flops, "run_dir": r.run_dir})
     return out
 
@@ -59,8 +62,9 @@ def trials_table(search) -> str:
         return "-" if x is None else format(x, spec)
 
     body = [[str(r.number), r.state + (" *" if search.chosen is r else ""), f(r.ratio, ".3f"), f(r.val, ".4f"),
-             f(r.deficit, "+.4f"), " ".join(r.overrides) if r.state != "skipped" else r.why] for r in search.rows]
-    return text_table(["trial", "state", "cost x", "val", "deficit", "overrides"], body)
+             f(r.deficit, "+.4f"), f(r.check_deficit, "+.4f"), " ".join(r.overrides) if r.state != "skipped" else r.why]
+            for r in search.rows]
+    return text_table(["trial", "state", "cost x", "val", "deficit", "all seeds", "overrides"], body)
 
 
 def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -126,9 +130,10 @@ def write_html(out: Path, search, tolerance: float, by: str, confirmation=None, 
         cls = "pass" if confirmation.verdict == "PASS" else "fail"
         body.append(f'<section><h2>Confirmed on fresh seeds: <span class="{cls}">{e(confirmation.verdict)}</span></h2>'
                     f"<pre>{e(confirmation.report)}</pre></section>")
-    rows = [[r["trial"], r["state"], fmt(r["cost_ratio"]), fmt(r["val"]), fmt(r["deficit"]), r["overrides"] or r["note"]]
-            for r in rows_of(search)]
-    body.append("<section><h2>Trials</h2>" + table(["trial", "state", "cost x", "val", "deficit", "overrides"], rows)
+    rows = [[r["trial"], r["state"], fmt(r["cost_ratio"]), fmt(r["val"]), fmt(r["deficit"]), fmt(r["check_deficit"]),
+             r["overrides"] if r["state"] != "skipped" else r["note"]] for r in rows_of(search)]
+    body.append("<section><h2>Trials</h2>" + table(["trial", "state", "cost x", "val", "deficit",
+                                                    "deficit, all design seeds", "overrides"], rows)
                 + "</section>")
     path = out / "green.html"
     atomic_write(path, page("ecotrain green", f"tolerance {tolerance:g}, cost by {by}", body).encode())

@@ -1,0 +1,93 @@
+"""`ecotrain green`'s parts: the levers per recipe, trial values as overrides, the pruner's rule, the
+Pareto front, the payback arithmetic and the seed checks (the search end to end: tests/integration/test_green_search.py)."""
+
+import math
+
+import optuna
+import pytest
+
+from ecotrain.config import load_config
+from ecotrain.errors import ConfigError
+from ecotrain.green import space
+from ecotrain.green.commands import confirm_seeds
+from ecotrain.green.confirm import check_seeds, payback_runs
+from ecotrain.green.output import pareto
+from ecotrain.green.search import at, gap_pruner
+
+CNN = "recipes/mnist1d_cnn.yaml"
+
+
+def test_levers_follow_the_recipe():
+    names = lambda cfg, only=None: [lv.name for lv in space.levers(cfg, only)[0]]  # noqa: E731
+    assert names(load_config(CNN)) == list(space.ALL)  # the CNN: every lever applies
+    lm, why = space.levers(load_config(CNN, ["model.name=charlm", "task.name=language_model"]))
+    assert {"width", "prune", "selective"} & {lv.name for lv in lm} == set()
+    assert "charlm" in why["width"] and "language_model" in why["selective"]
+    assert names(load_config(CNN), ["schedule", "batch"]) == ["schedule", "batch"]
+    with pytest.raises(ConfigError, match="--levers prune: does not apply"):
+        space.levers(load_config(CNN, ["model.name=resnet"]), ["prune"])
+    with pytest.raises(ConfigError, match="unknown lever 'speed'"):
+        space.levers(load_config(CNN), ["speed"])
+    with pytest.raises(ConfigError, match="validation split"):
+        space.levers(load_config(CNN, ["data.val_split=0"]), ["schedule"])
+
+
+def test_trial_values_become_overrides_that_load():
+    cfg = load_config(CNN)
+    params = {"samples": 0.3, "batch": 25, "width": 0.8, "prune": 0.3, "keep": 0.5, "ema": True, "stability": False}
+    over = space.to_overrides(cfg, params, base_samples=600_000, evals=4)
+    got = load_config(CNN, over)
+    assert got.data.batch_size == 25 and got.loop.max_steps == 7200  # 0.3 x 600k samples / 25
+    assert got.loop.eval_every == 1800 and got.loop.max_epochs is None
+    assert got.model.kwargs["channels"] == 20
+    assert [m.name for m in got.methods] == ["prune", "selective_backprop", "ema"]
+    assert got.methods[0].end_step == 3600
+    assert space.predicted_cost(params) is None  # the width changes the per-sample work: unknown before training
+    assert space.predicted_cost({"samples": 0.3, "batch": 25, "ema": True}) == 0.3
+    assert space.batch_choices(100) == [16, 25, 32, 50, 75, 100]
+    assert space.batch_choices(20) == [8, 10, 15, 20]
+
+
+def test_a_short_schedule_gets_a_short_warmup():
+    over = space.to_overrides(load_config(CNN), {"samples": 0.001, "batch": 100}, base_samples=600_000)
+    assert "schedule.warmup=0" in over and "loop.max_steps=6" in over
+
+
+def test_the_pruner_allows_more_early_and_the_tolerance_at_the_end():
+    study = optuna.create_study(pruner=gap_pruner(0.01))
+    def pruned(step, deficit):
+        t = study.ask()
+        t.report(deficit, step)
+        return t.should_prune()
+    assert not pruned(25, 0.5)  # before WARMUP: never
+    assert pruned(50, 0.06) and not pruned(50, 0.04)  # at 50%: 0.01 + 0.08 x 0.5 = 0.05
+    assert pruned(75, 0.031) and not pruned(75, 0.029)
+    assert not pruned(100, 0.5)  # the end: the constraint decides, not the pruner
+
+
+def test_the_baseline_curve_is_read_at_a_fraction():
+    curve = [(0.25, 0.5), (0.5, 0.7), (1.0, 0.9)]
+    assert at(curve, 0.1) is None and at(curve, 0.5) == 0.7
+    assert at(curve, 0.75) == pytest.approx(0.8) and at(curve, 2.0) == 0.9
+
+
+def test_pareto_front():
+    pts = [(1.0, 0.96), (0.3, 0.95), (0.5, 0.94), (0.2, 0.90), (0.3, 0.93)]
+    assert pareto(pts) == [(0.2, 0.90), (0.3, 0.95), (1.0, 0.96)]
+
+
+def test_payback_arithmetic():
+    assert payback_runs(4.0, 0.7) == 6  # 5.7 runs: the 6th repays it
+    assert payback_runs(3.5, 0.7) == 5  # exactly 5
+    assert payback_runs(0.0, 0.5) == 0
+    assert payback_runs(4.0, 0.0) is None and payback_runs(4.0, -0.1) is None  # no saving: never
+    assert math.isclose(6.13 / 0.67, 9.149, rel_tol=1e-3) and payback_runs(6.13, 0.67) == 10
+
+
+def test_confirmation_seeds_are_fresh():
+    assert confirm_seeds("5") == "10-14" and confirm_seeds("0") is None and confirm_seeds("20,21") == "20,21"
+    assert check_seeds([0, 1, 2], "10-14") == [10, 11, 12, 13, 14]
+    with pytest.raises(ConfigError, match="includes design seed 2"):
+        check_seeds([0, 1, 2], "2-6")
+    with pytest.raises(ConfigError, match="at least 2 fresh seeds"):
+        check_seeds([0], "10")
