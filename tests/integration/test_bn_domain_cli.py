@@ -60,6 +60,10 @@ def test_eval_serves_each_domain_its_own_statistics(runs):
         z = np.load(files / "original.npz")
         want = float((model(torch.from_numpy(z["x"]).float()).argmax(-1).numpy() == z["y"]).mean())
     assert orig["accuracy"] == pytest.approx(want)
+    # a checkpoint serves the domains from its method state (the run's own from its model weights)
+    ckpt = sorted((ft / "checkpoints").iterdir())[-1]
+    assert evaluate(ckpt, [str(files / "original.npz")], domain="x")[0]["bn_statistics"] == "pre-trained"
+    assert evaluate(ckpt, [str(files / "original.npz")], domain="shifted")[0]["bn_statistics"] == "shifted"
 
 
 def test_a_domain_column_routes_each_row_and_predict_agrees(runs):
