@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ecotrain import resume as resume_mod
+from ecotrain import distributed, resume as resume_mod
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, Checkpointer, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar, ProgressLog)
 from ecotrain.accounting.contention import ContentionWatch
@@ -124,10 +124,20 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
     run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads,
               memory_plan=memory_plan.record(cfg.data.batch_size * cfg.loop.accumulate) if memory_plan else None)
+    derived = distributed.micro_batches_for(cfg, dist.world_size)
+    if derived is not None and memory_plan is not None:
+        raise ConfigError("loop.micro_batch_size and memory.budget both choose the micro-batches; set one of them")
     if opts.resume is not None:  # checked and loaded in memory; the folder is untouched until accepted
         whole = resume_mod.resume_into(state, cbs, augment, Path(opts.resume), bundle.content_hash,
                                        opts.allow_config_change)
         run.metrics_offset = whole["metrics_offset"] if logger else None
+        redone = resume_mod.steps_past(folder.path / "metrics.jsonl", run.metrics_offset, state.step)
+        state.counters.resumes += 1
+        state.counters.steps_redone += redone
+        if redone:
+            log.info(f"the interrupted run trained {redone} steps past step {state.step}: they are trained again")
+    if derived is not None:  # this world size's count, not a checkpoint's from another one
+        state.counters.micro_batches = derived
     return run
 
 
@@ -212,8 +222,6 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
 
 def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     """(train source, sampler, facts): the seeded order of effective batches, this rank's share."""
-    from ecotrain import distributed
-
     if isinstance(bundle.train, LoaderSource):  # the user's loader decides the order; ecotrain counts steps
         if dist.world_size > 1:
             raise ConfigError("data: a DataLoader under torchrun is not sharded by ecotrain; pass a map-style "
@@ -227,7 +235,7 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     if lengths is not None:
         facts["padding_ratio"] = round(padding_ratio(sampler.batches(0), lengths), 4)  # epoch 0's batches
     source, sampler = methods.data(bundle.train, sampler)
-    if dist.world_size > 1:
+    if cfg.distributed.strategy != "none":  # at any world size (1 too): a resize keeps the same batches
         sampler = distributed.ShardedSampler(sampler, dist.rank, dist.world_size)
     return source, sampler, facts
 

@@ -204,7 +204,9 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     if not dist.is_main:  # under torchrun, rank 0 alone reports
         return code
     if s["stopped_because"] == "preempted":
-        print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}")
+        after = s.get("notice_to_checkpoint_s")
+        print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}"
+              + (f" ({after:.2f} s after the notice)" if after is not None else ""))
         print(f"continue with: ecotrain resume {result.run_dir}")
         return code
     line = f"stopped: {s['stopped_because']} after {s['steps']} steps ({s['epochs']} epochs) in {s['train_seconds']:.1f}s"

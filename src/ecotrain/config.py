@@ -141,6 +141,9 @@ class LoopConfig(_Section):
     max_steps: Optional[int] = Field(None, gt=0)
     max_epochs: Optional[int] = Field(10, gt=0)
     accumulate: int = Field(1, gt=0, description="micro-batches per optimizer step")
+    # the optimizer step stays data.batch_size * accumulate samples; each rank splits its share into
+    # micro-batches of this size, so a run resumed on fewer ranks accumulates more (distributed.py)
+    micro_batch_size: Optional[int] = Field(None, gt=0, description="samples per micro-batch on each rank")
     grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm")
     eval_every: Optional[int] = Field(None, gt=0, description="steps between evals; None: each epoch")
     log_every: int = Field(50, gt=0)
@@ -196,6 +199,24 @@ class CheckpointConfig(_Section):
     at_end: bool = True  # a final checkpoint, so the run can be extended later
     keep_last: int = Field(2, ge=1)  # plus the best, when on_best
     background: bool = False  # write in a thread; tensors are snapshot first
+
+
+class PreemptionConfig(_Section):
+    """How a spot machine's notice reaches the run (preemption.py): SIGTERM always; a file that appears
+    or an HTTP endpoint that answers (the cloud's metadata server) when set."""
+
+    grace_seconds: float = Field(25.0, gt=0)  # notice -> complete checkpoint must fit in this (warned when not)
+    notice_file: Optional[str] = None  # a path whose appearance is the notice (a SLURM/K8s preStop hook touches it)
+    notice_url: Optional[str] = None  # polled; a 200 answer other than "", "false", "none" is the notice
+    poll_seconds: float = Field(1.0, gt=0)  # how often notice_file / notice_url are checked (in a thread)
+
+    @field_validator("notice_url")
+    @classmethod
+    def _http(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"{v!r} is not an http:// or https:// address (e.g. GCP's "
+                             "http://metadata.google.internal/computeMetadata/v1/instance/preempted)")
+        return v
 
 
 class FsdpConfig(_Section):
@@ -346,6 +367,7 @@ class Config(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     callbacks: list[CallbackSpec] = Field(default_factory=list)
     methods: list[MethodConfig] = Field(default_factory=list)

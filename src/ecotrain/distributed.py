@@ -90,7 +90,8 @@ class TorchDist(Dist):
         if device.type == "cuda":
             torch.cuda.set_device(self.local_rank)
         if not td.is_initialized():  # a second fit() in the same process reuses the group
-            td.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+            timeout = datetime.timedelta(seconds=timeout_s)
+            td.init_process_group(backend, timeout=timeout, **attempt_store(td, self.rank, self.world_size, timeout))
 
     def grad_sync(self, model, last):
         if last:
@@ -233,6 +234,38 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
     visit(model)
     return units
+
+
+def attempt_store(td, rank: int, world: int, timeout) -> dict:
+    """init_process_group's store for a worker that torchrun's elastic agent restarted.
+
+    With the c10d rendezvous, the agent's TCPStore is shared with the workers and outlives every
+    restart, while the process group's keys (the gloo/NCCL peers' addresses) carry no restart number:
+    a restarted worker may read a peer address of the attempt before, whose socket is gone, and the
+    group fails to connect (pytorch/pytorch#135712, #167288). Each attempt's keys go under their own
+    prefix. The restart count is the same on every worker of one agent; with several agents it can
+    differ (torch's own caveat), so there the launch files set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
+    which gives every attempt a fresh store instead (docs/distributed.md)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        return {}
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    agent = td.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                        timeout=timeout)
+    return {"store": td.PrefixStore(f"ecotrain/attempt-{attempt}", agent), "rank": rank, "world_size": world}
+
+
+def micro_batches_for(cfg, world: int) -> int | None:
+    """`loop.micro_batch_size`: the micro-batches each rank's share of a step is cut into at this
+    world size (4 ranks x 1 -> 2 ranks x 2 for one global batch); None when it is not set."""
+    size = cfg.loop.micro_batch_size
+    if size is None:
+        return None
+    step = cfg.data.batch_size * cfg.loop.accumulate
+    if step % (world * size):
+        raise ConfigError(f"loop.micro_batch_size: {size} does not divide a rank's share of the step "
+                          f"({step} samples over {world} ranks = {step / world:g}); choose a size that divides "
+                          f"{step // world if step % world == 0 else step}")
+    return step // (world * size)
 
 
 def under_torchrun() -> bool:

@@ -40,6 +40,8 @@ class Summary:
     oom_recoveries: int  # Counters, summed over segments
     skipped_nonfinite_steps: int
     rollbacks: int = 0  # divergence.action=rollback: reloads of the last good checkpoint
+    resumes: int = 0  # segments that continued from a checkpoint (a kill, a preemption, torchrun's restarts)
+    steps_redone: int = 0  # steps the interrupted segments trained past their last checkpoint (trained again)
     micro_batches: Optional[int] = None  # the micro-batch count OOM recovery settled on
     fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
@@ -113,6 +115,7 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         dataset_hash=run.bundle.content_hash, versions=versions(), device=str(state.device),
         world_size=state.dist.world_size, last_checkpoint=state.last_checkpoint,
         oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps, rollbacks=c.rollbacks,
+        resumes=c.resumes, steps_redone=c.steps_redone,
         micro_batches=c.micro_batches,
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),
@@ -140,7 +143,8 @@ def write_ledger(run: Run) -> None:
 def preempted_summary(run: Run) -> dict:
     """A preempted run is not finished: no test, no final weights; its ledger so far is written."""
     write_ledger(run)
-    return {"stopped_because": "preempted", "steps": run.state.step, "checkpoint": run.state.last_checkpoint}
+    return {"stopped_because": "preempted", "steps": run.state.step, "checkpoint": run.state.last_checkpoint,
+            "notice_to_checkpoint_s": run.state.notice_to_checkpoint_s}
 
 
 def save_weights(path: Path, model_or_sd) -> None:

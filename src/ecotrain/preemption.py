@@ -1,27 +1,71 @@
 """SIGTERM / SIGINT: finish the current step, checkpoint, exit with EXIT_PREEMPTED (75).
 
 The handler only sets a flag; the Checkpointer acts on it at the end of the step, so a signal
-never interrupts a half-done optimizer update or a half-written file. A second SIGINT aborts."""
+never interrupts a half-done optimizer update or a half-written file. A second SIGINT aborts.
+
+Spot managers also announce a preemption without a signal: a file that appears (a SLURM or
+Kubernetes preStop hook touching it) or a metadata endpoint that starts answering (GCP's
+`instance/preempted`, AWS's `spot/instance-action`). `watch()` polls those in a daemon thread,
+never in the step loop, and raises the same flag. `noticed_at` (monotonic) is when the notice came:
+the Checkpointer reports the seconds from it to a complete checkpoint against `grace_seconds`."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 from ecotrain.log import log
+
+NOT_A_NOTICE = ("", "false", "none")  # GCP's endpoint answers FALSE until the notice
 
 
 class Preemption:
     def __init__(self):
         self.requested: str | None = None
+        self.noticed_at: float | None = None  # time.monotonic() of the first notice
         self._previous: dict = {}
+        self._watching: threading.Event | None = None
+
+    def notice(self, what: str) -> None:
+        if self.requested is None:
+            self.requested, self.noticed_at = what, time.monotonic()
+            log.warning(f"{what} received; finishing this step, then checkpoint and exit")
 
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # asked twice: stop now
-        self.requested = name
-        log.warning(f"{name} received; finishing this step, then checkpoint and exit")
+        self.notice(name)
+
+    def watch(self, cfg) -> None:
+        """Poll `cfg.notice_file` / `cfg.notice_url` (config.PreemptionConfig) every `poll_seconds`
+        in a daemon thread until `stop_watching()`; nothing to do when neither is set."""
+        if not (cfg.notice_file or cfg.notice_url) or self._watching is not None:
+            return
+        stop = self._watching = threading.Event()
+        stale = _stamp(cfg.notice_file)  # a notice left from an earlier segment is not this one's
+        if stale is not None:
+            log.warning(f"preemption.notice_file {cfg.notice_file} exists from before this start; ignored until "
+                        "it is written again")
+
+        def poll():
+            while not stop.wait(cfg.poll_seconds if self.requested is None else 3600):
+                now = _stamp(cfg.notice_file)
+                if now is not None and now != stale:
+                    self.notice(f"preemption notice file {cfg.notice_file}")
+                elif cfg.notice_url and _url_says_preempted(cfg.notice_url, cfg.poll_seconds):
+                    self.notice(f"preemption notice from {cfg.notice_url}")
+
+        threading.Thread(target=poll, name="ecotrain-preemption-notice", daemon=True).start()
+
+    def stop_watching(self) -> None:
+        if self._watching is not None:
+            self._watching.set()
+            self._watching = None
 
     def install(self) -> None:
         if self._previous or threading.current_thread() is not threading.main_thread():
@@ -47,9 +91,28 @@ class Preemption:
         self.uninstall()
 
     def uninstall(self) -> None:
+        self.stop_watching()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def _stamp(path: str | None) -> tuple | None:
+    try:
+        st = Path(path).stat() if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _url_says_preempted(url: str, timeout: float) -> bool:
+    """One poll of a metadata endpoint: 404 or an error is "no notice yet" (AWS answers 404 until
+    it has one; the endpoint may be briefly unreachable), a 200 with a body is the notice."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (the user's own endpoint)
+            return r.status == 200 and r.read(4096).decode("utf-8", "replace").strip().lower() not in NOT_A_NOTICE
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def _interrupt(signum, frame):

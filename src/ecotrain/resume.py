@@ -5,6 +5,7 @@ the environment differs in ways that break bit-exactness (torch version, device,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -18,7 +19,7 @@ from ecotrain.log import log
 
 
 WATCH_ONLY = ("tracking", "logging")  # top-level sections (or their keys) left out of the resume check
-WATCH_ONLY += ("threads",)  # the thread count itself is checked below, as the environment's (a warning)
+WATCH_ONLY += ("threads", "preemption")  # the thread count itself is checked below, as the environment's (a warning)
 # how batches are fetched, never which: a run may resume with more workers (data/loader.py, docs/data.md)
 WATCH_ONLY += ("data.workers", "data.prefetch", "data.pin_memory", "data.persistent_workers", "data.input_bound_share")
 
@@ -43,6 +44,26 @@ def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_conf
     if drift:
         _warn(f"resume environment differs, so the result may not be bit-identical: {'; '.join(drift)}")
     return restore(state, cbs, augment, tensors, meta, folder, allow_missing=allow_config_change)
+
+
+def steps_past(metrics: Path, offset: int | None, step: int) -> int:
+    """Steps that the interrupted segment trained after the checkpoint at `step` and that the resumed
+    one trains again: the furthest step metrics.jsonl recorded past the checkpoint's offset. A lower
+    bound by up to `loop.log_every - 1` steps (lines are written every log_every steps)."""
+    if offset is None or not metrics.is_file():
+        return 0
+    with open(metrics, "rb") as f:
+        f.seek(offset)
+        tail = f.read()
+    furthest = step
+    for line in tail.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut by the kill
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            furthest = max(furthest, record["step"])
+    return furthest - step
 
 
 def auto(run_dir, overwrite: bool = False) -> tuple[Path | None, bool]:

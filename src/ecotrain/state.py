@@ -29,6 +29,8 @@ class Counters:
     skipped_nonfinite_steps: int = 0  # DivergenceGuard, action=skip
     data_wait_seconds: float = 0.0  # data/loader.py Feed: the loop's time waiting for batches
     rollbacks: int = 0  # DivergenceGuard, action=rollback
+    resumes: int = 0  # assemble: a segment that continued from a checkpoint
+    steps_redone: int = 0  # resume.steps_past: steps a killed segment trained after its checkpoint
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +85,7 @@ class TrainState:
 
     counters: Counters = field(default_factory=Counters)
     last_checkpoint: Optional[str] = None  # set by the Checkpointer
+    notice_to_checkpoint_s: Optional[float] = None  # Checkpointer: a preemption notice -> complete checkpoint
     progress_fields: dict = field(default_factory=dict)  # display only (the ledger's kWh, gCO2e)
     flops_dirty: bool = False  # set by flops_changed(); the ledger re-measures the next step
     extra_flops: dict = field(default_factory=dict)  # label -> FLOPs paid outside the measured steps

@@ -97,6 +97,7 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
             run.folder.discard()
         raise
     state = run.state
+    preemption.watch(cfg.preemption)  # a notice file or endpoint, polled in a thread (preemption.py)
     try:
         try:
             loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
@@ -109,4 +110,5 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
             return RunResult(run.folder.path, preempted_summary(run), state.model, state)
         return RunResult(run.folder.path, finish(run), state.model, state)
     finally:
+        preemption.stop_watching()
         run.folder.release()  # the run folder's one-writer lock

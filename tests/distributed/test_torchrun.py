@@ -53,9 +53,9 @@ def recipe(tmp_path, base, **sections):
     return p
 
 
-def run_group(cmd, timeout, cwd=ROOT):
+def run_group(cmd, timeout, cwd=ROOT, env=None):
     """subprocess.run, but a timeout kills the whole process group: no orphaned ranks left behind."""
-    p = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(cmd, cwd=cwd, env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)

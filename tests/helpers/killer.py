@@ -9,13 +9,15 @@ from ecotrain import Callback
 
 class KillAt(Callback):
     """Send `sig` to this process at the end of step `step` (before that step's checkpoint);
-    under torchrun only on rank `rank` when given."""
+    under torchrun only on rank `rank` when given, and only in torchrun's restart number `attempt`
+    when given (TORCHELASTIC_RESTART_COUNT: 0 for the first try)."""
 
-    def __init__(self, step: int, sig: str = "SIGKILL", rank: int | None = None):
-        self.step, self.sig, self.rank = step, getattr(signal, sig), rank
+    def __init__(self, step: int, sig: str = "SIGKILL", rank: int | None = None, attempt: int | None = None):
+        self.step, self.sig, self.rank, self.attempt = step, getattr(signal, sig), rank, attempt
 
     def on_step_end(self, state):
-        if state.step == self.step and self.rank in (None, state.dist.rank):
+        attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        if state.step == self.step and self.rank in (None, state.dist.rank) and self.attempt in (None, attempt):
             os.kill(os.getpid(), self.sig)
 
 
@@ -96,3 +98,26 @@ class PauseAt(Callback):
             deadline = time.monotonic() + 120
             while not Path(self.release).exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
+
+
+class SigtermAtEnvStep(Callback):
+    """SIGTERM every rank at the end of step `$ECOTRAIN_TEST_SIGTERM_AT` (unset: never): segments of one
+    run stopped at different steps with the very same config (a resume refuses a changed one)."""
+
+    def on_step_end(self, state):
+        if str(state.step) == os.environ.get("ECOTRAIN_TEST_SIGTERM_AT"):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class TouchAt(Callback):
+    """Create the file `path` at the end of step `step`: a preemption notice arriving from outside
+    (a preStop hook touching preemption.notice_file, or what a test endpoint reads)."""
+
+    def __init__(self, step: int, path: str):
+        self.step, self.path = step, path
+
+    def on_step_end(self, state):
+        if state.step == self.step:
+            from pathlib import Path
+
+            Path(self.path).write_text("notice")

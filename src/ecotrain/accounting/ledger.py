@@ -146,6 +146,8 @@ class Ledger(Callback):
 
     # -- at log intervals, evaluations, epoch ends -----------------------------------------------
     def on_log(self, state, record):
+        if self._raw is not None:  # a segment's first step, logged before this callback's on_step_end
+            self._measured(state)
         spend = self.spend(state)
         record["flops"] = spend["flops"]
         if spend["energy_kwh"] is not None:

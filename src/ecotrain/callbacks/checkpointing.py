@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from ecotrain.callbacks.base import Callback
+from ecotrain.log import log
 
 SAVE_SHARE = 0.01  # periodic saves may take at most this share of the training time
 
@@ -24,6 +25,7 @@ class Checkpointer(Callback):
         self.last_saved_step = -1
         self.last_save_at = time.monotonic()  # the clock of the periodic save (`every_minutes`)
         self.save_seconds = 0.0  # what the latest save took
+        self.agreed_at: float | None = None  # when the ranks agreed to stop (a rank the signal missed)
 
     def due(self) -> bool:
         """A periodic save is due: `every_minutes` since the last one, or longer when a save takes more
@@ -62,13 +64,27 @@ class Checkpointer(Callback):
                 agreement.request("checkpoint")
             agreed = agreement.poll(state.step)
             requested, due = "preempted" in agreed, "checkpoint" in agreed
+            self.agreed_at = time.monotonic() if requested else None
         if requested:
             self.save(state)
+            self.manager.wait()  # complete on disk before the process exits
+            self.report_notice(state)
             state.stop("preempted")
             return
         n = self.cfg.every_n_steps
         if (n and state.step % n == 0) or due:
             self.save(state)
+
+    def report_notice(self, state) -> None:
+        """The seconds from the notice (this rank's, else the agreement) to the complete checkpoint,
+        against `preemption.grace_seconds`: a spot machine is gone when the grace ends."""
+        noticed = getattr(self.preemption, "noticed_at", None) or self.agreed_at
+        state.notice_to_checkpoint_s = round(time.monotonic() - noticed, 3)
+        grace = state.config.preemption.grace_seconds
+        say = log.warning if state.notice_to_checkpoint_s > grace else log.info
+        say(f"preemption: checkpoint {state.last_checkpoint} complete {state.notice_to_checkpoint_s:.2f} s after the "
+            f"notice (grace {grace:g} s)" + ("; save more often or on faster storage" if state.notice_to_checkpoint_s > grace
+                                             else ""))
 
     def on_eval_end(self, state, record):
         if self.cfg.on_best and state.best_step == state.step and state.evals_since_best == 0:
