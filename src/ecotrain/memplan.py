@@ -346,6 +346,6 @@ def applied(cfg, c: Candidate):
 def log_choice(s: Search, batch: int) -> None:
     if s.chosen is None:
         return
-    how = "recorded in the run folder (no measuring on resume)" if s.reused else f"chosen in {s.seconds:.1f} s"
+    how = f"read from the run folder's {PLAN_FILE}, not measured again" if s.reused else f"chosen in {s.seconds:.1f} s"
     log.info(f"memory.budget={fmt_bytes(s.budget)}: {s.chosen.candidate.describe(batch)}, measured peak "
              f"{fmt_bytes(s.chosen.peak_bytes)}, {s.chosen.step_seconds:.2f} s/step ({how})")

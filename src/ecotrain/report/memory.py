@@ -45,7 +45,7 @@ def section(record: dict) -> str:
     return ('<section id="memory-plan"><h2>Memory budget</h2>'
             f"<p>budget {P.e(fmt_bytes(s.budget))} (usable {P.e(fmt_bytes(s.usable))}, margin {s.margin:g}); "
             f"{len(s.measured)} plans measured in {s.seconds:.1f} s; {P.e(pick)}</p>"
-            + P.img(plot(record), "measured peak memory against step time of each plan")
+            + P.img(plot(record), "the Pareto front: measured peak memory against step time of each plan")
             + P.table(["plan", "peak MiB", "predicted MiB", "s/step", ""], rows)
             + '<p class="muted">Peak: the allocator\'s max_memory_allocated on CUDA, the process\'s peak RSS on CPU, '
               "each plan in a fresh process over a few real training steps; step time: the fastest timed step."
