@@ -77,6 +77,10 @@ class Dist:
 
     def shutdown(self) -> None: ...
 
+    def checkpoint_group(self):
+        """A process group of its own for background checkpoint writes (None: one process)."""
+        return None
+
 
 class TorchDist(Dist):
     def __init__(self, strategy: str, device: torch.device, timeout_s: float):
@@ -146,6 +150,14 @@ class TorchDist(Dist):
 
     def barrier(self):
         self.td.barrier()
+
+    _ckpt_group = None
+
+    def checkpoint_group(self):
+        # every rank creates it at the same (first background) save; gloo: the writes stage on CPU
+        if self._ckpt_group is None:
+            self._ckpt_group = self.td.new_group(backend="gloo")
+        return self._ckpt_group
 
     def shutdown(self):
         # Wait for every rank, but leave the group up: destroying gloo's group as a worker ends made

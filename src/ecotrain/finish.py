@@ -42,6 +42,7 @@ class Summary:
     rollbacks: int = 0  # divergence.action=rollback: reloads of the last good checkpoint
     resumes: int = 0  # segments that continued from a checkpoint (a kill, a preemption, torchrun's restarts)
     steps_redone: int = 0  # steps the interrupted segments trained past their last checkpoint (trained again)
+    checkpoint_blocked_seconds: float = 0.0  # the training loop's time inside checkpoint saves, all segments
     micro_batches: Optional[int] = None  # the micro-batch count OOM recovery settled on
     fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
@@ -116,6 +117,7 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         world_size=state.dist.world_size, last_checkpoint=state.last_checkpoint,
         oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps, rollbacks=c.rollbacks,
         resumes=c.resumes, steps_redone=c.steps_redone,
+        checkpoint_blocked_seconds=round(c.checkpoint_blocked_seconds, 4),
         micro_batches=c.micro_batches,
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),

@@ -31,6 +31,7 @@ class Counters:
     rollbacks: int = 0  # DivergenceGuard, action=rollback
     resumes: int = 0  # assemble: a segment that continued from a checkpoint
     steps_redone: int = 0  # resume.steps_past: steps a killed segment trained after its checkpoint
+    checkpoint_blocked_seconds: float = 0.0  # Checkpointer: the loop's time inside saves (a copy, when in the background)
 
     def state_dict(self) -> dict:
         return asdict(self)

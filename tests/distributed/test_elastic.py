@@ -63,3 +63,31 @@ def test_a_run_resized_from_2_to_1_to_2_ranks_follows_the_uninterrupted_one(tmp_
     assert sa["test_accuracy"] == sb["test_accuracy"] and sa["world_size"] == 2 and sa["micro_batches"] == 2
     assert sa["resumes"] == 2
     assert os.environ.get("ECOTRAIN_TEST_SIGTERM_AT") is None  # the stop step reached the runs via their env only
+
+
+def test_fsdp_background_saves_are_complete_checkpoints_and_a_sigterm_waits_for_them(tmp_path):
+    """checkpoint.background under FSDP: DCP's async_save writes the shards while training goes on;
+    a SIGTERM's checkpoint is complete before exit 75, and resuming from it ends where the
+    uninterrupted run ends, bit for bit."""
+    from ecotrain.distributed import AGREE_MAX_STEPS
+
+    loop = {"max_steps": AGREE_MAX_STEPS + 30, "log_every": 10, "eval_every": 1000}
+    kw = {"loop": loop, "distributed": {"strategy": "fsdp"}, "checkpoint": {"every_n_steps": 7, "background": True}}
+    ref = tmp_path / "ref"
+    r = torchrun("fit", recipe(tmp_path, MLP, **kw), "--run-dir", ref, "--quiet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all((p / "MANIFEST.json").is_file() and len(list((p / "shards").iterdir())) >= 2
+               for p in (ref / "checkpoints").iterdir())
+    rec = recipe(tmp_path, MLP, **kw, callbacks=[{"path": "tests.helpers.killer:SigtermAtEnvStep"}])
+    run = tmp_path / "run"
+    cmd = [*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           "-m", "ecotrain", "fit", str(rec), "--run-dir", str(run), "--quiet"]
+    r = run_group(cmd, 240, env={**ENV, "ECOTRAIN_TEST_SIGTERM_AT": "3"})
+    assert r.returncode != 0 and "exitcode  : 75" in r.stderr, r.stderr[-3000:]
+    assert "s after the notice" in r.stdout and "preemption: checkpoint" in r.stderr
+    assert not list((run / "checkpoints").glob(".tmp-*"))  # the last save finished before the exit
+    r = torchrun("fit", rec, "--run-dir", run, "--resume", "auto", "--quiet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (run / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+    s = json.loads((run / "summary.json").read_text())
+    assert s["resumes"] == 1 and s["checkpoint_blocked_seconds"] > 0

@@ -41,7 +41,8 @@ class Checkpointer(Callback):
         t = time.monotonic()
         self._save(state, is_best)
         self.last_save_at = time.monotonic()
-        self.save_seconds = self.last_save_at - t
+        self.save_seconds = self.last_save_at - t  # what the loop waited: with background writes, the copy only
+        state.counters.checkpoint_blocked_seconds += self.save_seconds
 
     def _save(self, state, is_best: bool) -> None:
         # every rank captures (gathering RNG states is a collective); copies only for a background writer

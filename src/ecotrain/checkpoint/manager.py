@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ecotrain.checkpoint.format import verify_checkpoint, write_checkpoint
-from ecotrain.checkpoint.sharded import write_sharded
+from ecotrain.checkpoint.sharded import write_sharded, write_sharded_async
 from ecotrain.errors import CheckpointError
 
 
@@ -69,7 +69,12 @@ class CheckpointManager:
             raise CheckpointError(f"could not create {self.dir}: {exc.strerror or exc}; free the path or the disk, "
                                   "then resume") from None
         folder = self.dir / f"step-{step:08d}"
-        if shards is not None:  # FSDP: every rank writes its shard, together (synchronously)
+        if shards is not None and self.background:  # FSDP: shards staged now, written by DCP in the background
+            finish = write_sharded_async(folder, tensors, meta, shards, dist, dist.checkpoint_group())
+            self._thread = threading.Thread(target=self._run_sharded, args=(finish, folder, is_best, dist.is_main),
+                                            daemon=True)
+            self._thread.start()
+        elif shards is not None:  # FSDP: every rank writes its shard, together (synchronously)
             write_sharded(folder, tensors, meta, shards, dist)
             if dist.is_main:
                 self.best = folder if is_best else self.best
@@ -84,6 +89,15 @@ class CheckpointManager:
     def _run(self, folder, tensors, meta, is_best) -> None:
         try:
             self._write(folder, tensors, meta, is_best)
+        except BaseException as exc:  # re-raised in the training thread by wait()
+            self._error = exc
+
+    def _run_sharded(self, finish, folder, is_best, is_main) -> None:
+        try:
+            finish()
+            if is_main:
+                self.best = folder if is_best else self.best
+                self._prune()
         except BaseException as exc:  # re-raised in the training thread by wait()
             self._error = exc
 

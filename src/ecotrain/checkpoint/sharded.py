@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -50,6 +51,34 @@ def write_sharded(folder: Path, tensors: dict, meta: dict, sharded: dict, dist) 
         write_checkpoint(folder, tensors, meta, extra_files=extra, staged=tmp)
     dist.barrier()
     return folder
+
+
+def write_sharded_async(folder: Path, tensors: dict, meta: dict, sharded: dict, dist, group) -> "Callable[[], None]":
+    """`write_sharded` with the shards written by DCP's `async_save` on the process group `group`
+    (its own, so the writes' collectives never interleave with training's): the loop is blocked
+    only while this rank's shards are staged (copied to CPU memory). Returns `finish()`, to be called
+    off the loop (a thread): it waits for the writes and, on rank 0, adds the rest and the manifest
+    and renames; until then the previous checkpoint is the newest complete one."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    folder = Path(folder)
+    tmp = folder.with_name(f".tmp-{folder.name}-sharded")
+    if dist.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / SHARDS).mkdir(parents=True)
+    dist.barrier()
+    pending = dcp.async_save(sharded, storage_writer=HuggingFaceStorageWriter(str(tmp / SHARDS), save_distributed=True),
+                             process_group=group)
+    pending = getattr(pending, "upload_completion", pending)  # an AsyncSaveResponse wraps the future
+
+    def finish() -> None:
+        pending.result()  # rank 0's completes after every rank's shards are written (DCP's finish step)
+        if dist.is_main:
+            extra = sorted(str(p.relative_to(tmp)) for p in (tmp / SHARDS).rglob("*") if p.is_file())
+            write_checkpoint(folder, tensors, meta, extra_files=extra, staged=tmp)
+
+    return finish
 
 
 def split(whole: dict) -> tuple[dict, dict]:
