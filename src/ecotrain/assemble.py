@@ -113,7 +113,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     state = TrainState(cfg, net, opt, sched, Objective(task, methods),
                        Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods,
                        data_source=source if isinstance(source, LoaderSource) else None)
-    augment = SignalAugment(cfg.data.augment, cfg.seed)
+    augment = SignalAugment(cfg.data.augment, cfg.seed, dist.rank, dist.world_size)
     if augment.active and not isinstance(source, ArraySource):
         raise ConfigError("data.augment: works on in-memory (x, y) signal arrays only; augment inside your "
                           "Dataset's __getitem__ instead (it is seeded per item)")

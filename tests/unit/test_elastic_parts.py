@@ -113,3 +113,19 @@ def test_an_endpoint_is_a_notice_only_when_it_answers_200_with_a_body():
         server.shutdown()
     assert said == {"/aws": False, "/gcp-false": False, "/gcp-true": True, "/aws-action": True, "/empty": False}
     assert _url_says_preempted("http://127.0.0.1:1/unreachable", 0.5) is False
+
+
+def test_augmentation_draws_for_the_global_batch_so_every_world_size_augments_alike():
+    import torch
+
+    from ecotrain.config import AugmentConfig
+    from ecotrain.data.augment import SignalAugment
+
+    aug = AugmentConfig(shift=3, scale=0.1, noise=0.05)
+    x = torch.randn(8, 1, 40)
+    whole = SignalAugment(aug, 5)(x)
+    ranks = [SignalAugment(aug, 5, rank, 2)(x[rank * 4:(rank + 1) * 4]) for rank in (0, 1)]
+    assert torch.equal(torch.cat(ranks), whole)
+    assert not torch.equal(ranks[0] - x[:4], ranks[1] - x[4:])  # the two ranks' items get their own draws
+    four = [SignalAugment(aug, 5, rank, 4)(x[rank * 2:(rank + 1) * 2]) for rank in range(4)]
+    assert torch.equal(torch.cat(four), whole)
