@@ -127,7 +127,7 @@ def cmd_green(args) -> int:
           "the green recipe saves nothing per run: the search never pays back")
     write_json(out / "green.json", {
         "chosen": search.chosen.number, "overrides": search.chosen.overrides, "by": args.by,
-        "check_deficit": search.chosen.check_deficit, "check_seeds": checks,
+        "check_deficit": search.chosen.check_deficit, "check_se": search.chosen.check_se, "check_seeds": checks,
         "tolerance": args.tolerance, "design_seed": args.seed, "fresh_seeds": fresh,
         "design_cost_ratio": search.chosen.ratio, "validation_deficit": search.chosen.deficit,
         "search_cost_baselines": design / base_cost, "total_cost_baselines": total / base_cost,

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ from ecotrain.config import load_config
 from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.green import space
 from ecotrain.log import log
+from ecotrain.stats import mean_ci
 
 try:  # the `green` extra (pip install 'ecotrain[green]'); only this module imports it
     import optuna
@@ -51,7 +54,7 @@ STUDY = "green"
 EVALS = 4  # evaluations per trial, at even fractions of its schedule (what the pruner reads)
 SLACK = 0.08  # the pruner's allowance above the tolerance at 0% of the schedule, falling to 0 at 100%
 WARMUP = 50  # percent of the schedule before the pruner may act
-CHECK_RESERVE = 1.2  # baseline runs kept back per check seed: the baseline's run on it and a cheap candidate's
+CHECK_RESERVE = 1.5  # baseline runs kept back per check seed: the baseline's run on it and the candidates
 BY = {"flops": "flops", "energy": "energy", "co2e": "co2e", "cpu_seconds": "cpu_seconds", "money": "cost"}
 
 
@@ -98,6 +101,7 @@ class Row:
     run_dir: Optional[str] = None
     why: str = ""
     check_deficit: Optional[float] = None  # mean deficit over every design seed (`check`), when checked
+    check_se: Optional[float] = None  # its standard error
 
 
 @dataclass
@@ -273,7 +277,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         reported: tuple = ()
         if number in done:  # left RUNNING by a killed try: continue it, same number, same values
             trial = optuna.trial.Trial(study, done[number]._trial_id)
-            params, reported = dict(done[number].params), tuple(done[number].intermediate_values)
+            params, reported = space.values(done[number].params), tuple(done[number].intermediate_values)
             log.info(f"trial {number}: continuing {params}")
         else:
             study.sampler = _sampler(opts, number)
@@ -316,15 +320,21 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
 
 def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
     """The cheapest feasible trials, in order of cost (at most `check_top`), trained again on the other
-    design seeds beside the baseline on them: the first whose mean deficit over all design seeds stays
-    within the allowance is chosen. One seed's validation split is small enough that the cheapest of
-    many trials that pass it by a hair is likely a lucky draw; still validation only."""
+    design seeds beside the baseline on them: the first whose mean deficit over all design seeds, plus
+    one standard error of that mean, stays within the allowance is chosen. One seed's validation split
+    is small enough that the cheapest of many trials that pass it by a hair is likely a lucky draw, and
+    so is a mean over three seeds that passes by less than its own spread; still validation only."""
     feasible = sorted((r for r in search.rows if r.feasible), key=lambda r: (r.ratio, r.deficit, r.number))
     if not opts.check_seeds:
         return feasible[0] if feasible else None
     sign = 1.0 if higher_is_better(opts.metric) else -1.0
     base_val = {}
+    budget = opts.budget_runs * search.baseline["flops"]
     for row in feasible[:opts.check_top]:
+        ahead = len(opts.check_seeds) * ((row.flops or 0.0) + (0.0 if base_val else search.baseline["flops"]))
+        if search.spent_flops + ahead > budget * (1 + 1e-9):
+            log.info(f"trial {row.number}: not checked: it would pass the budget of {opts.budget_runs:g} baseline runs")
+            break
         deficits = [row.deficit]
         for seed in opts.check_seeds:
             if seed not in base_val:
@@ -338,10 +348,13 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
             got = read_run(run_dir, opts.metric, opts.by)
             search.checks.append({"run": str(run_dir), "cost": got["cost"], "flops": got["flops"]})
             deficits.append(sign * (base_val[seed] - got["val"]))
-        row.check_deficit = sum(deficits) / len(deficits)
-        log.info(f"trial {row.number}: mean validation deficit over design seeds "
-                 f"{','.join(str(s) for s in (opts.seed, *opts.check_seeds))}: {row.check_deficit:+.4f}")
-        if row.check_deficit <= opts.allowed + 1e-12:
+        iv = mean_ci(deficits)
+        row.check_deficit = iv.mean
+        row.check_se = statistics.stdev(deficits) / math.sqrt(len(deficits))
+        log.info(f"trial {row.number}: validation deficit over design seeds "
+                 f"{','.join(str(s) for s in (opts.seed, *opts.check_seeds))}: {iv.mean:+.4f} "
+                 f"(standard error {row.check_se:.4f}; per seed {', '.join(f'{d:+.4f}' for d in deficits)})")
+        if row.check_deficit + row.check_se <= opts.allowed + 1e-12:
             return row
     return None
 
@@ -371,7 +384,7 @@ def _row_of(t) -> Row:
     """A trial an earlier try finished, from the study's record."""
     a = t.user_attrs
     state = "skipped" if "skipped" in a else "pruned" if a.get("pruned") else "complete"
-    return Row(t.number, state, dict(t.params), list(a.get("overrides", [])), a.get("cost"), a.get("ratio"),
+    return Row(t.number, state, space.values(t.params), list(a.get("overrides", [])), a.get("cost"), a.get("ratio"),
                a.get("flops"), a.get("val"), a.get("deficit"),
                feasible=state == "complete" and a.get("violation", 1.0) <= 1e-12, run_dir=a.get("run_dir"),
                why=a.get("skipped", ""))

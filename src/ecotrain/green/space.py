@@ -21,7 +21,7 @@ import yaml
 
 from ecotrain.errors import ConfigError
 
-SAMPLES = (0.1, 0.6, 0.05)  # fraction of the baseline's training samples: low, high, step
+SAMPLES = (0.1, 0.5)  # fraction of the baseline's training samples, log-uniform: the cheap end is sampled most
 BATCH_FRACTIONS = (0.16, 0.25, 0.32, 0.5, 0.75, 1.0)  # of the baseline's batch size
 WIDTH_FACTORS = (0.6, 0.8, 1.0)
 PRUNE_AMOUNTS = (0.0, 0.3)  # structured, reached by mid-run
@@ -79,8 +79,7 @@ def suggest(trial, chosen: list[Lever], base_batch: int) -> dict:
     names = {lv.name for lv in chosen}
     p: dict = {}
     if "schedule" in names:
-        lo, hi, step = SAMPLES
-        p["samples"] = trial.suggest_float("samples", lo, hi, step=step)
+        p["samples"] = trial.suggest_float("samples", *SAMPLES, log=True)
     if "batch" in names:
         p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch))
     if "width" in names:
@@ -93,7 +92,13 @@ def suggest(trial, chosen: list[Lever], base_batch: int) -> dict:
         p["ema"] = trial.suggest_categorical("ema", [False, True])
     if "stability" in names:
         p["stability"] = trial.suggest_categorical("stability", [False, True])
-    return p
+    return values(p)
+
+
+def values(params: dict) -> dict:
+    """A trial's values as the run uses them (the samples fraction to 3 digits): one place, for a new
+    trial, a trial continued after a kill, and one read back from the study."""
+    return {**params, "samples": round(params["samples"], 3)} if "samples" in params else dict(params)
 
 
 def _scaled(value, factor: float):
