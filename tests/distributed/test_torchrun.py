@@ -105,6 +105,11 @@ def test_ddp_two_ranks_equal_one_process_with_the_same_global_batch(tmp_path, on
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("test_accuracy") == 1  # rank 0 alone reports
     assert_close_runs(tmp_path / "run", one_process)
+    energy = json.loads((tmp_path / "run" / "ledger.json").read_text())["energy"]
+    if energy["kwh"] is not None:  # CodeCarbon's estimate on this machine: every rank's own, summed
+        assert energy["ranks"] == 2 and energy["kwh"] == pytest.approx(sum(energy["per_rank_kwh"]))
+    else:
+        assert energy["missing_reason"]
 
 
 def test_fsdp_trains_checkpoints_shards_resumes_and_matches(tmp_path, one_process):

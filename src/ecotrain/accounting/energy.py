@@ -227,6 +227,52 @@ class EnergyMeter:
         return out
 
 
+def combine_ranks(readings: list[dict], tracking_mode: str) -> dict:
+    """One energy figure for a torchrun job from every rank's own `stop()` reading, each tagged with
+    `host` and `gpu_ids` (the physical GPUs it metered).
+
+    GPU energy counts once per (host, GPU): each rank meters its own device. CPU and RAM: in `process`
+    mode each rank's figure is its own process's share, so all count; in `machine` mode each is the
+    whole machine, so each host counts once (its largest reading). Each reading's kWh (PUE included)
+    is kept in the proportion of its components that count. A rank without a figure makes the total
+    missing, naming the rank: a partial sum would look complete."""
+    first = dict(readings[0])
+    if len(readings) == 1:
+        return first
+    out = {**first, "ranks": len(readings), "per_rank_kwh": [x.get("kwh") for x in readings]}
+    missing = next(((r, x.get("missing_reason")) for r, x in enumerate(readings) if x.get("kwh") is None), None)
+    if missing is not None:
+        return {**out, "kwh": None, "components_kwh": None, "method": None,
+                "missing_reason": f"rank {missing[0]}: {missing[1]}"}
+    parts = [{k: float(v or 0.0) for k, v in (x.get("components_kwh") or {"cpu": x["kwh"]}).items()}
+             for x in readings]
+    gpu_owner, host_owner = {}, {}  # who counts each GPU, each host's CPU+RAM (machine mode)
+    for r, (x, p) in enumerate(zip(readings, parts)):
+        gpu_owner.setdefault((x.get("host"), tuple(x.get("gpu_ids") or ())), r)
+        key = x.get("host") if tracking_mode == "machine" else r
+        rest = p.get("cpu", 0.0) + p.get("ram", 0.0)
+        if key not in host_owner or rest > host_parts(parts[host_owner[key]]):
+            host_owner[key] = r
+    kwh, components = 0.0, {"cpu": 0.0, "gpu": 0.0, "ram": 0.0}
+    for r, (x, p) in enumerate(zip(readings, parts)):
+        kept = {"gpu": p.get("gpu", 0.0) if r in gpu_owner.values() else 0.0}
+        counted = r in host_owner.values()
+        kept.update(cpu=p.get("cpu", 0.0) if counted else 0.0, ram=p.get("ram", 0.0) if counted else 0.0)
+        whole = sum(p.values())
+        kwh += x["kwh"] * (sum(kept.values()) / whole if whole > 0 else 1.0)
+        for k, v in kept.items():
+            components[k] += v
+    how = (f"{first.get('how')}; {len(readings)} ranks: GPU per device, CPU and RAM "
+           + ("once per host (tracking_mode machine)" if tracking_mode == "machine" else "per process, summed"))
+    methods = {x.get("method") for x in readings}
+    return {**out, "kwh": kwh, "components_kwh": components, "how": how,
+            "method": "measured" if methods == {"measured"} else "estimated"}
+
+
+def host_parts(p: dict) -> float:
+    return p.get("cpu", 0.0) + p.get("ram", 0.0)
+
+
 def describe(hw, tracking_mode: str) -> tuple[str, str, str]:
     """(component, measured|estimated, how) for one of CodeCarbon's hardware objects."""
     kind = type(hw).__name__

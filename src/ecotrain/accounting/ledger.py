@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from typing import Optional
 
 from ecotrain.accounting import budget as budget_mod
 from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
-from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, nvml_gpu_ids
+from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, combine_ranks, nvml_gpu_ids
 from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.callbacks.base import Callback
@@ -219,8 +220,13 @@ class Ledger(Callback):
     # -- the end -------------------------------------------------------------------------------
     def on_fit_end(self, state):
         spend = self.spend(state, energy=False)
+        gpu_ids = getattr(self.meter, "gpu_ids", None)
         energy = self.meter.stop() if self.meter else _no_energy(self.cfg.energy)
         self.meter = None
+        if self.world > 1:  # every rank metered its own process and GPU: one figure for the job
+            mine = {**energy, "host": socket.gethostname(), "gpu_ids": gpu_ids}
+            energy = combine_ranks(state.dist.gather_objects(mine), self.cfg.tracking_mode)
+            energy.pop("host", None), energy.pop("gpu_ids", None)
         if self.prior["energy_missing"]:
             energy.update(kwh=None, missing_reason=f"an earlier segment: {self.prior['energy_missing']}")
         elif energy["kwh"] is not None:
