@@ -82,6 +82,10 @@ def main() -> int:
     for name, c in (("at once", now), ("timed", timed)):
         spans = ", ".join(f"{i['start'][5:16]}..{i['end'][11:16]} {i['g_per_kwh']:.0f}g" for i in c["intervals"])
         print(f"{name}: {c['pauses']} pauses, {c['g_per_kwh_by_steps']:.0f} g/kWh by steps, CO2e {c['kg']} kg; {spans}")
+    r = subprocess.run([sys.executable, "-m", "ecotrain", "compare", str(out / "now"), str(out / "timed"), "--by", "co2e",
+                        "--max-accuracy-drop", "0", "--min-cost-cut", "0.3"], cwd=ROOT, capture_output=True, text=True)
+    print(f"$ ecotrain compare {out / 'now'} {out / 'timed'} --by co2e --max-accuracy-drop 0 --min-cost-cut 0.3\n"
+          + r.stdout + r.stderr)
     ratio = timed["kg"] / now["kg"] if timed["kg"] and now["kg"] else float("nan")
     hours = args.steps * args.seconds_per_step / 3600
     print(f"RESULT co2e_ratio={ratio:.3f} intensity_ratio={timed['g_per_kwh_by_steps'] / now['g_per_kwh_by_steps']:.3f} "

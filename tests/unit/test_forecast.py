@@ -107,3 +107,25 @@ def test_co2e_is_summed_over_the_intervals():
     assert got["kg"] == pytest.approx((0.2 + 0.4) / 1000) and got["g_per_kwh"] == pytest.approx(200.0)
     none = timed_co2e({**rec, "intervals": [dict(i, kwh=None) for i in rec["intervals"]]}, None)
     assert none["kg"] is None and none["g_per_kwh"] == 250.0 and "by steps" in none["missing_reason"]
+
+
+def test_a_real_wait_sleeps_and_a_stop_signal_ends_it(tmp_path):
+    import time
+
+    from ecotrain.accounting.timing import CarbonTiming
+    from ecotrain.config_carbon import CarbonConfig
+    from ecotrain.preemption import Preemption
+
+    stop = Preemption()
+    timing = CarbonTiming(CarbonConfig(forecast=str(slots_file(tmp_path))), checkpointer=None, preemption=stop)
+    t = time.time()
+    assert timing._wait(None, t + 0.3) and time.time() - t >= 0.3  # the real clock really waits
+    stop.requested = "SIGTERM"  # what the handler sets
+    t = time.time()
+    assert not timing._wait(None, t + 30) and time.time() - t < 5  # a stop signal ends the wait at once
+
+
+def slots_file(tmp_path):
+    f = tmp_path / "s.csv"
+    f.write_text(f"{iso(T0)},100\n")
+    return f

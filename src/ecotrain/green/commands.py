@@ -75,6 +75,9 @@ def cmd_green(args) -> int:
     if fresh is not None:
         confirm_mod.check_seeds([args.seed, *checks], fresh)
     cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
+    if args.by in ("energy", "co2e") and (cfg.ledger.energy == "off" or not cfg.ledger.enabled):
+        raise ConfigError(f"--by {args.by}: the recipe does not measure energy (ledger.energy=off); use --by flops, "
+                          "or turn ledger.energy on")
     out = Path(args.out or f"runs/{cfg.name}-green")
     levers = [x.strip() for x in args.levers.split(",") if x.strip()] if args.levers else None
     if args.margin is not None and not 0 <= args.margin <= args.tolerance:

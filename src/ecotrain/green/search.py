@@ -321,9 +321,10 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
 def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
     """The cheapest feasible trials, in order of cost (at most `check_top`), trained again on the other
     design seeds beside the baseline on them: the first whose mean deficit over all design seeds, plus
-    one standard error of that mean, stays within the allowance is chosen. One seed's validation split
-    is small enough that the cheapest of many trials that pass it by a hair is likely a lucky draw, and
-    so is a mean over three seeds that passes by less than its own spread; still validation only."""
+    one standard error of that mean, stays within the tolerance is chosen. One seed's validation split
+    is small enough that the cheapest of many trials that pass it by a hair is likely a lucky draw: the
+    single seed screens with a margin (`allowed`), the mean over the design seeds decides with its own
+    spread in place of the margin. Still validation only."""
     feasible = sorted((r for r in search.rows if r.feasible), key=lambda r: (r.ratio, r.deficit, r.number))
     if not opts.check_seeds:
         return feasible[0] if feasible else None
@@ -354,7 +355,7 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
         log.info(f"trial {row.number}: validation deficit over design seeds "
                  f"{','.join(str(s) for s in (opts.seed, *opts.check_seeds))}: {iv.mean:+.4f} "
                  f"(standard error {row.check_se:.4f}; per seed {', '.join(f'{d:+.4f}' for d in deficits)})")
-        if row.check_deficit + row.check_se <= opts.allowed + 1e-12:
+        if row.check_deficit + row.check_se <= opts.tolerance + 1e-12:
             return row
     return None
 
