@@ -9,8 +9,10 @@ rest still run. The checks:
   the loss finite, fp16's skipped steps counted, the GPU energy CodeCarbon read through NVML (> 0).
 - `oom_*`: an OOM injected in the plain fp32 step's backward while the failed graph holds ~1 GiB:
   one recovery, two micro-batches, and the GiB freed before the retry (`oom_freed`).
-- `resume_exact`: the demo recipe in bf16, killed with SIGKILL after a checkpoint and resumed: the
-  final weights bit-identical to an unkilled run.
+- `resume_exact`, `resume_exact_charlm`: the demo recipe and the char-transformer in bf16, killed with
+  SIGKILL after a checkpoint and resumed: the final weights bit-identical to an unkilled run.
+- `ddp_resume_exact`, `fsdp_resume_exact`: one rank under torchrun (NCCL; DCP shards for FSDP), the
+  run's later checkpoints removed and resumed from an earlier one: the final weights bit-identical.
 - `lrfind_*`: lr-find's suggestion under fp16 and bf16 (the two should agree within a few x).
 - `tf32_speedup`: steps/s of an fp32 MLP with TF32 matmuls on over off (side by side, same model).
 - `check_every_speedup`: steps/s with divergence.check_every 50 over 1 (one host sync per step).
@@ -126,10 +128,14 @@ def final_weights(run_dir: Path) -> dict:
         return {k: f.get_tensor(k) for k in f.keys() if k.startswith("model/")}
 
 
-def resume(device: str, steps: int, tmp: Path) -> dict:
+CHARLM = [str(ROOT / "recipes" / "charlm_long.yaml"), "data.kwargs.seq_len=256"]
+
+
+def resume(device: str, steps: int, tmp: Path, recipe: list[str] = (str(RECIPE),), key: str = "resume_exact") -> dict:
     every = steps // 6
-    args = [str(RECIPE), f"device={device}", "precision=bf16-mixed", f"loop.max_steps={steps}",
+    args = [*recipe, f"device={device}", "precision=bf16-mixed", f"loop.max_steps={steps}", "loop.max_epochs=null",
             f"loop.eval_every={steps // 2}", f"checkpoint.every_n_steps={every}", "checkpoint.every_minutes=null"]
+    tmp = tmp / key
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "ecotrain", "fit", "--quiet"]
     subprocess.run([*cmd, "--run-dir", str(tmp / "whole"), *args], check=True, env=env, capture_output=True,
@@ -142,13 +148,36 @@ def resume(device: str, steps: int, tmp: Path) -> dict:
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     if proc.poll() is not None:
-        return {"resume_exact": "not_killed"}
+        return {key: "not_killed"}
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     subprocess.run([*cmd, "--run-dir", str(killed), "--resume", "auto", *args], check=True, env=env,
                    capture_output=True, timeout=240)
     a, b = final_weights(tmp / "whole"), final_weights(killed)
-    return {"resume_exact": a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)}
+    return {key: a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)}
+
+
+def torchrun_resume(device: str, strategy: str, steps: int, tmp: Path) -> dict:
+    """One rank under torchrun: a whole run, then the same run resumed from its checkpoint at step
+    `steps // 2` (later ones removed): DDP's full checkpoint, or FSDP's DCP shards."""
+    import shutil
+
+    every = steps // 2
+    args = [str(RECIPE), f"device={device}", f"distributed.strategy={strategy}", f"loop.max_steps={steps}",
+            "loop.max_epochs=null", f"checkpoint.every_n_steps={every}", "checkpoint.every_minutes=null"]
+    run = tmp / f"torchrun-{strategy}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--standalone",
+           "-m", "ecotrain", "fit", "--quiet", "--run-dir", str(run), *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+    whole = (run / "model.safetensors").read_bytes()
+    for p in (run / "checkpoints").glob("step-*"):
+        if int(p.name.split("-")[1]) > every:
+            shutil.rmtree(p)
+    (run / "model.safetensors").unlink()
+    (run / "summary.json").unlink()
+    subprocess.run([*cmd, "--resume", "auto"], check=True, env=env, capture_output=True, timeout=300)
+    return {f"{strategy}_resume_exact": (run / "model.safetensors").read_bytes() == whole}
 
 
 def lrfind(device: str, steps: int) -> dict:
@@ -208,6 +237,9 @@ def main() -> int:
             ("fp16", lambda: smoke(device, "fp16-mixed", 60 if short else 1500, tmp)),
             ("oom", lambda: oom(device, tmp)),
             ("resume_exact", lambda: resume(device, 60 if short else 1200, tmp)),
+            ("resume_exact_charlm", lambda: resume(device, 24 if short else 300, tmp, CHARLM, "resume_exact_charlm")),
+            ("ddp_resume_exact", lambda: torchrun_resume(device, "ddp", 40 if short else 400, tmp)),
+            ("fsdp_resume_exact", lambda: torchrun_resume(device, "fsdp", 40 if short else 400, tmp)),
             ("lrfind", lambda: lrfind(device, 30 if short else 150)),
             ("tf32", lambda: tf32(device, 20 if short else 400, tmp)),
             ("check_every", lambda: check_every(device, 20 if short else 400, tmp)),

@@ -87,7 +87,8 @@ class TorchDist(Dist):
         import torch.distributed as td
 
         self.td, self.strategy, self.device = td, strategy, device
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        # on CUDA both: FSDP's CPU offload clips and checks for inf on CPU DTensors, which NCCL cannot reduce
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.is_main = self.rank == 0
