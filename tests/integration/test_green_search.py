@@ -47,7 +47,7 @@ def test_green_finds_confirms_and_writes_a_runnable_recipe(tmp_path, capsys):
 def test_a_search_killed_mid_trial_resumes_to_the_same_trials(tmp_path, capsys):
     recipe, marker = write_recipe(tmp_path, TINY), tmp_path / "killed-once"
     kill = f"callbacks=[{{path: tests.helpers.green_kill:KillOnceIn, kwargs: {{run: t000, step: 3, marker: '{marker}'}}}}]"
-    cmd = ["green", recipe, kill, *SEARCH, "--check-seeds", "none", "--seeds-confirm", "0"]
+    cmd = ["green", recipe, kill, *SEARCH[:-1], "2", "--check-seeds", "none", "--seeds-confirm", "0"]  # 2 trials
     r = run_cli(*cmd, "--out", tmp_path / "B")
     assert r.returncode == 75 and marker.exists(), r.stderr  # SIGTERM in trial 0: checkpointed, exit 75
     assert "run the same `ecotrain green` command again" in r.stderr
