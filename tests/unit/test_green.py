@@ -91,3 +91,11 @@ def test_confirmation_seeds_are_fresh():
         check_seeds([0, 1, 2], "2-6")
     with pytest.raises(ConfigError, match="at least 2 fresh seeds"):
         check_seeds([0], "10")
+
+
+def test_without_optuna_it_is_one_line(monkeypatch):
+    from ecotrain.green import search
+
+    monkeypatch.setattr(search, "optuna", None)  # as when the `green` extra is not installed
+    with pytest.raises(ConfigError, match=r"pip install 'ecotrain\[green\]'"):
+        search.need_optuna()
