@@ -64,7 +64,9 @@ class DataConfig(_Section):
     # loader workers (data/loader.py): 0 reads batches in the training process (the fast path for in-memory data)
     workers: int = Field(0, ge=0)
     prefetch: int = Field(2, gt=0)  # batches each worker prepares ahead
-    pin_memory: bool = False  # page-locked batches for faster host-to-GPU copies (CUDA only)
+    # page-locked batches, so the loop's non_blocking host-to-GPU copies do not wait (CUDA only);
+    # auto: on when training on CUDA, with or without workers (data/loader.py `pins`)
+    pin_memory: Union[bool, Literal["auto"]] = "auto"
     persistent_workers: bool = False  # keep workers across epochs and evaluations
     input_bound_share: float = Field(0.3, gt=0, le=1)  # warn when the loop waits for data more than this share
     # names the data's content for the resume check (a version tag, a manifest hash); None: ecotrain hashes

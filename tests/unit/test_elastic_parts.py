@@ -129,3 +129,14 @@ def test_augmentation_draws_for_the_global_batch_so_every_world_size_augments_al
     assert not torch.equal(ranks[0] - x[:4], ranks[1] - x[4:])  # the two ranks' items get their own draws
     four = [SignalAugment(aug, 5, rank, 4)(x[rank * 2:(rank + 1) * 2]) for rank in range(4)]
     assert torch.equal(torch.cat(four), whole)
+
+
+def test_pinned_batches_only_for_cuda_and_on_by_default_there():
+    import torch
+
+    from ecotrain.data.loader import pins
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert build_config({}).data.pin_memory == "auto"
+    assert pins("auto", cuda) and pins(True, cuda) and not pins(False, cuda)
+    assert not pins("auto", cpu) and not pins(True, cpu)  # pinning needs a CUDA driver

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from ecotrain.batch import MicroBatches, batch_size
+from ecotrain.batch import MicroBatches, batch_size, tree_map
 from ecotrain.data.builtin import describe
 from ecotrain.data import sources
 from ecotrain.data.sources import ArraySource, LoaderSource, item_seeds
@@ -30,10 +30,16 @@ WINDOW_BATCHES = 64  # batches per throughput window (progress bar, input-bound 
 WARMUP_WINDOWS = 1  # the first window holds worker start-up and first reads: not judged
 
 
+def pins(setting, device) -> bool:
+    """`data.pin_memory` for this run: page-locked batches only for a CUDA device; `auto` is on there."""
+    return getattr(device, "type", None) == "cuda" and setting in (True, "auto")
+
+
 class Feed:
     def __init__(self, state, sampler, source):
         self.state, self.sampler, self.source = state, sampler, source
         self.cfg, self.seed = state.config.data, state.config.seed
+        self.pin = pins(self.cfg.pin_memory, state.device)
         self.loader = None
         self._iter = None
         self._batches = _EpochBatches(sampler, self.seed)
@@ -66,6 +72,8 @@ class Feed:
                         sources._item_key = None
                 else:
                     batch = take(idx)
+                if self.pin:  # else the loop's non_blocking copy of pageable memory waits for the GPU
+                    batch = tree_map(lambda t: t.pin_memory(), batch)
                 wait += clock() - t
                 n = idx.shape[0]
                 samples += n
@@ -158,11 +166,11 @@ class Feed:
             self._iter = None
 
     def _make_loader(self):
-        cfg, device = self.cfg, self.state.device
+        cfg = self.cfg
         return torch.utils.data.DataLoader(
             _TakeBatch(self.source, self.seed), batch_sampler=self._batches, collate_fn=_identity,
             num_workers=cfg.workers, prefetch_factor=cfg.prefetch, persistent_workers=cfg.persistent_workers,
-            pin_memory=cfg.pin_memory and device.type == "cuda", worker_init_fn=_worker_init,
+            pin_memory=self.pin, worker_init_fn=_worker_init,
             generator=torch.Generator().manual_seed(self.seed))  # else the loader draws its seed from the global RNG
 
     def _account(self, wait: float, samples: int, batches: int) -> None:
