@@ -38,7 +38,7 @@ class Precision:
         if self.dtype is not None:
             _check_supported(mode, self.dtype, device)
         self.scaler = torch.amp.GradScaler(device.type) if mode == "fp16-mixed" else None
-        self.skipped_steps = 0
+        self._skipped: int | torch.Tensor = 0  # a device tensor once counting: read only when asked
         self._null = contextlib.nullcontext()  # reusable: fp32 pays no context creation per step
 
     def autocast(self):
@@ -59,10 +59,21 @@ class Precision:
         if not self.scaler:
             opt.step()
             return
-        before = self.scaler.get_scale()
+        # get_scale() is a .item(): two host syncs per step. The scale tensor itself (private, pinned by
+        # tests/unit/test_precision.py) is compared on the device; update() changes it in place.
+        before = self.scaler._get_scale_async().clone()
         self.scaler.step(opt)
         self.scaler.update()
-        self.skipped_steps += int(self.scaler.get_scale() < before)  # the scale only drops on a skipped step
+        self._skipped = self._skipped + (self.scaler._get_scale_async() < before).int()  # it only drops on a skip
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps the fp16 grad scaler skipped (inf/NaN gradients); a host sync, so read it rarely."""
+        return int(self._skipped)
+
+    @skipped_steps.setter
+    def skipped_steps(self, n: int) -> None:
+        self._skipped = n
 
     def state_dict(self) -> dict:
         return {"scaler": self.scaler.state_dict() if self.scaler else None, "skipped_steps": self.skipped_steps}

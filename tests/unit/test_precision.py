@@ -108,3 +108,21 @@ def test_mixed_precision_run_end_to_end(tiny_cfg, tmp_path, mode):
         assert s["fp16_skipped_steps"] >= 10 and s["fp16_skipped_steps"] == seen.drops + 1  # + the first step's
     else:
         assert "fp16_skipped_steps" not in s
+
+
+def test_fp16_step_counts_skips_on_the_device_without_a_host_sync(monkeypatch):
+    """get_scale() is a .item() (a host sync on CUDA); the step reads the scaler's scale tensor
+    (`_get_scale_async`, private: pinned here) and keeps the count as a tensor until asked."""
+    model, opt = _setup()
+    prec = Precision("fp16-mixed", CPU)
+    _backward(prec, model)
+    assert isinstance(prec.scaler._get_scale_async(), torch.Tensor)
+    assert prec.scaler._get_scale_async().item() == prec.scaler.get_scale()
+
+    def no_sync():
+        raise AssertionError("get_scale() called inside the step")
+
+    monkeypatch.setattr(prec.scaler, "get_scale", no_sync)
+    model.weight.grad[0, 0] = float("nan")
+    prec.step(opt)
+    assert isinstance(prec._skipped, torch.Tensor) and prec.skipped_steps == 1
