@@ -33,7 +33,7 @@ from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
-from ecotrain.memory import configure_memory
+from ecotrain.memory import configure_memory, oom_hint
 from ecotrain.memplan_measure import for_run as memory_plan_for_run
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
@@ -138,6 +138,11 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
             log.info(f"the interrupted run trained {redone} steps past step {state.step}: they are trained again")
     if derived is not None:  # this world size's count, not a checkpoint's from another one
         state.counters.micro_batches = derived
+    hint = oom_hint(folder.path) if opts.resume is not None else None
+    if hint is not None and hint > (state.counters.micro_batches or cfg.loop.accumulate):
+        log.warning(f"a rank ran out of memory before this restart: every rank continues with {hint} micro-batches")
+        state.counters.micro_batches = hint  # every rank reads the same file: the same count on all
+        state.counters.oom_recoveries += 1
     return run
 
 

@@ -371,11 +371,15 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(argv)
     finally:
         _PREEMPTION.uninstall()  # the caller's handlers back (main() may run inside a longer process)
-    if _HARD_EXIT:
+    if _HARD_EXIT or (code and _torchrun_worker()):  # a failed worker too: its peers are stuck in collectives
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _torchrun_worker() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ import ctypes.util
 import fnmatch
 import functools
 import gc
+import json
 import traceback
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -28,6 +30,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from ecotrain.batch import batch_size
 from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.rundir import atomic_write
 
 
 # cuBLAS and cuDNN report a failed allocation as a plain RuntimeError, not torch.OutOfMemoryError
@@ -139,18 +142,53 @@ def configure_memory(model: nn.Module, cfg) -> list[str]:
 # ---------------------------------------------------------------- OOM recovery
 
 
+def write_oom_hint(run_dir, micro_batches: int, step: int, rank: int) -> None:
+    if run_dir is None:
+        return
+    path = Path(run_dir) / OOM_HINT
+    micro_batches = max(micro_batches, oom_hint(run_dir) or 0)  # two ranks at once: the larger count
+    atomic_write(path, json.dumps({"micro_batches": micro_batches, "step": step, "rank": rank}).encode())
+
+
+def oom_hint(run_dir) -> int | None:
+    """The micro-batch count a rank's OOM asked every rank to resume with (None: none asked)."""
+    try:
+        n = json.loads((Path(run_dir) / OOM_HINT).read_text()).get("micro_batches")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
+OOM_HINT = "micro_batches.json"  # a rank's OOM under torchrun: the count every rank resumes with
+
+
 def recover_from_oom(state, batch, n_micro: int, exc: BaseException, run: Callable):
     """Retry the step `run(state, batch, n)` with twice the micro-batches until it fits.
 
-    Gradients of the failed attempt are dropped, so the retried step is the same step."""
+    Gradients of the failed attempt are dropped, so the retried step is the same step. Under torchrun
+    one rank cannot retry alone: the others are inside the step's collectives (DDP's reducer is half
+    done, FSDP's all-gathers would not match). The rank writes the doubled count to the run folder and
+    stops with one line; the job restarts (torchrun's --max-restarts, or the user's --resume auto) and
+    every rank resumes with that count, the same on all (`oom_hint`)."""
     min_size = state.config.memory.min_micro_batch
     total = batch_size(batch)
+    if state.dist.world_size > 1:
+        traceback.clear_frames(exc.__traceback__)
+        new_n = n_micro * 2
+        if -(-total // new_n) < min_size:
+            raise OutOfMemory(f"rank {state.dist.rank}: out of memory at step {state.step + 1} with {n_micro} "
+                              f"micro-batches and memory.min_micro_batch={min_size}; lower data.batch_size or "
+                              "add ranks (see `ecotrain plan`)")
+        write_oom_hint(state.run_dir, new_n, state.step + 1, state.dist.rank)
+        raise OutOfMemory(f"rank {state.dist.rank}: out of memory at step {state.step + 1}; every rank continues "
+                          f"with {new_n} micro-batches (was {n_micro}) from the newest checkpoint when the job "
+                          "restarts (torchrun --max-restarts does it; else rerun with --resume auto)")
     while True:
         traceback.clear_frames(exc.__traceback__)  # the failed attempt's frames hold its activations
         exc = None

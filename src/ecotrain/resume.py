@@ -13,7 +13,7 @@ import torch
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, unflatten
 from ecotrain.checkpoint.state import environment, load_model_weights, restore
-from ecotrain.config import diff_configs
+from ecotrain.config import build_config, diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.log import log
 
@@ -24,6 +24,15 @@ WATCH_ONLY += ("threads", "preemption")  # the thread count itself is checked be
 WATCH_ONLY += ("data.workers", "data.prefetch", "data.pin_memory", "data.persistent_workers", "data.input_bound_share")
 
 
+def with_defaults(saved: dict) -> dict:
+    """A checkpoint's config with this version's defaults for the settings it predates (a new section
+    is no change to a run that never set it); as saved when this version no longer accepts it."""
+    try:
+        return build_config(saved).to_dict()
+    except ConfigError:
+        return saved
+
+
 def _warn(msg: str) -> None:
     log.warning(msg)
 
@@ -31,7 +40,8 @@ def _warn(msg: str) -> None:
 def resume_into(state, cbs, augment, folder: Path, dataset_hash: str, allow_config_change: bool) -> dict:
     tensors, meta = read_checkpoint(folder)
     # what only watches the run (trackers, the progress bar) may change freely; the rest breaks exactness
-    changes = [c for c in diff_configs(meta["config"], state.config.to_dict()) if not c.startswith(WATCH_ONLY)]
+    changes = [c for c in diff_configs(with_defaults(meta["config"]), state.config.to_dict())
+               if not c.startswith(WATCH_ONLY)]
     if meta.get("dataset_hash") != dataset_hash:
         changes.append(f"dataset content hash: {meta.get('dataset_hash')} -> {dataset_hash}")
     if changes and not allow_config_change:

@@ -21,7 +21,7 @@ from ecotrain.errors import CheckpointError, ConfigError
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
              "report.html", "environment.json", "export.safetensors", "mlflow.json", "tensorboard",
-             "memory_plan.json")
+             "memory_plan.json", "micro_batches.json")  # the last: memory.OOM_HINT
 
 
 def default_run_dir(name: str) -> Path:

@@ -73,14 +73,16 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
         seed_everything(config.seed)
         dist = distributed.setup(config, resolve_device(config.device))
         try:
-            return _fit(config, dist, parts, opts, preemption)
+            result = _fit(config, dist, parts, opts, preemption)
         except RuntimeError as exc:  # a dead peer or a timed-out collective, an op with no deterministic kernel
             err = distributed.collective_error(exc, dist) or nondeterministic_error(exc)
             if err is None:
                 raise
             raise err from None
-        finally:
-            dist.shutdown()
+        # the ranks' barrier only after a run they all ended together: a rank failing alone must not wait
+        # in it while the others wait in the step's collectives (both until the timeout); it exits instead
+        dist.shutdown()
+        return result
 
 
 def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Preemption) -> RunResult:

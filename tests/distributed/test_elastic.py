@@ -91,3 +91,29 @@ def test_fsdp_background_saves_are_complete_checkpoints_and_a_sigterm_waits_for_
     assert (run / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
     s = json.loads((run / "summary.json").read_text())
     assert s["resumes"] == 1 and s["checkpoint_blocked_seconds"] > 0
+
+
+def test_an_oom_on_one_rank_restarts_every_rank_with_twice_the_micro_batches(tmp_path):
+    """Under torchrun a rank cannot retry a step alone (the others are inside its collectives): it
+    writes the doubled count to the run folder and stops; torchrun restarts the group and every rank
+    resumes from the checkpoint with that count. The maths is the same: the run ends where one with
+    2 micro-batches from the start ends (up to summation order). And the failing rank exits at once:
+    it used to wait in a barrier while its peer waited in the step's all-reduce, until the timeout."""
+    base = {"distributed": {"strategy": "ddp"}, "checkpoint": {"every_n_steps": 4}}
+    ref = tmp_path / "ref"
+    model = {"name": "tests.helpers.poison:OomOnRank", "kwargs": {"at": 6, "rank": 1, "fits": 16}}
+    r = torchrun("fit", recipe(tmp_path, MLP, **base, model=model, loop={"micro_batch_size": 16}), "--run-dir", ref,
+                 "--quiet")  # 2 micro-batches of 16 per rank from the start: never out of memory
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "run"
+    cmd = [*TORCHRUN, *ELASTIC, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--nproc-per-node", "2",
+           "-m", "ecotrain", "fit", str(recipe(tmp_path, MLP, **base, model=model)), "--run-dir", str(run),
+           "--resume", "auto", "--quiet"]
+    r = run_group(cmd, 240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "rank 1: out of memory at step 6; every rank continues with 2 micro-batches (was 1)" in r.stderr
+    assert "every rank continues with 2 micro-batches" in r.stderr and "step-00000004" in r.stderr
+    s = json.loads((run / "summary.json").read_text())
+    assert s["micro_batches"] == 2 and s["oom_recoveries"] == 1 and s["resumes"] == 1
+    wa, wb = load_file(run / "model.safetensors"), load_file(ref / "model.safetensors")
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= 1e-5

@@ -140,3 +140,17 @@ def test_pinned_batches_only_for_cuda_and_on_by_default_there():
     assert build_config({}).data.pin_memory == "auto"
     assert pins("auto", cuda) and pins(True, cuda) and not pins(False, cuda)
     assert not pins("auto", cpu) and not pins(True, cpu)  # pinning needs a CUDA driver
+
+
+def test_a_checkpoint_from_before_a_new_config_section_is_not_a_changed_config():
+    from ecotrain.config import diff_configs
+    from ecotrain.resume import with_defaults
+
+    now = build_config({"data": {"name": "digits"}, "loop": {"max_steps": 5}}).to_dict()
+    older = {k: v for k, v in now.items() if k != "preemption"}  # saved by a version without the section
+    older["loop"] = {k: v for k, v in older["loop"].items() if k != "micro_batch_size"}
+    assert diff_configs(older, now)  # compared raw, the new defaults look like changes
+    assert diff_configs(with_defaults(older), now) == []
+    changed = {**older, "seed": 7}
+    assert diff_configs(with_defaults(changed), now) == ["seed: 7 -> 0"]
+    assert with_defaults({"loop": "not a section"}) == {"loop": "not a section"}  # no longer valid: as saved
