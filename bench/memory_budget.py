@@ -16,6 +16,7 @@ the 50% search's wall time (`search_share`: over the demo run's); the demo run i
 the recipe's `loop.max_steps` steps at the chosen plan's measured step time.
 
     python bench/memory_budget.py [--layers 6] [--d-model 256] [--batch 8] [--loss-steps 50] [--threads 2]
+`--losses-of PLAN` only compares one plan's losses with the unconstrained run's (`RESULT loss_identical=`).
 Ends with `RESULT within_budget=<30>/<50>/<75> time_ratio_at_50=<f> cpu_time_ratio_at_50=<f>
 search_seconds=<f> search_share=<f> loss_identical=<true|false>`.
 """
@@ -78,10 +79,22 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--loss-steps", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--losses-of", metavar="PLAN", help="only compare the losses of this plan (e.g. all/1/fp32: "
+                    "checkpointing/micro-batches/precision) with the unconstrained run's; no search")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.losses_of:
+        level, n, precision = args.losses_of.split("/")
+        plan = Candidate(level, int(n), precision)
+        mine = losses_of(applied(config(args, args.loss_steps), plan), plan.micro_batches)
+        plain = losses_of(config(args, args.loss_steps))
+        worst = max(abs(a - b) for a, b in zip(mine, plain))
+        print(f"{plan.describe(args.batch)} vs no checkpointing, 1 micro-batch: {len(plain)} losses, max |diff| "
+              f"{worst:.3g}", file=sys.stderr)
+        print(f"RESULT loss_identical={str(mine == plain).lower()}")
+        return
     recipe_steps = yaml.safe_load(RECIPE.read_text())["loop"]["max_steps"]
     full = measure(config(args, 3, budget="1000GiB"), Candidate("off", 1, "fp32"), False)
     print(f"no checkpointing: peak {fmt_bytes(full.peak_bytes)}, {full.step_seconds:.2f} s/step "

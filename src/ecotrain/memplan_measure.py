@@ -171,7 +171,10 @@ def worker(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]))
+    try:
+        worker(Path(sys.argv[1]))
+    except EcotrainError as exc:  # the user's one line reaches the parent's message, not a traceback
+        sys.exit(f"ecotrain: error: {exc}")
 
 
 # ---------------------------------------------------------------- choosing for a run

@@ -26,6 +26,8 @@ def test_fit_with_a_budget_records_the_choice_and_resume_reuses_it(cli, tmp_path
     r = cli("resume", run, "loop.max_steps=5", "--allow-config-change", "--quiet")
     assert r.returncode == 0, r.stderr
     assert "not measured again" in r.stderr and "chosen in" not in r.stderr
+    # the checkpoint holds the config with the plan applied; the resume applies the same plan: no other change
+    assert "loop.max_steps: 3 -> 5" in r.stderr and "activation_checkpointing" not in r.stderr
     assert json.loads((run / "memory_plan.json").read_text())["search_seconds"] == rec["search_seconds"]
     assert json.loads((run / "summary.json").read_text())["steps"] == 5
     html = build_report([[str(run)]]).read_text()  # the run's report shows the plans and the choice
