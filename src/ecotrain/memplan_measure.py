@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ecotrain import memplan
-from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.memplan import Baseline, Candidate, Measured
 
@@ -63,7 +63,8 @@ def measure(cfg, c: Candidate, first: bool):
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
         tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-        raise EcotrainError(f"memory.budget: measuring the plan '{c.describe(cfg.data.batch_size * cfg.loop.accumulate)}' "
+        error = ConfigError if r.returncode == EXIT_USAGE else EcotrainError  # the user's config: exit code 2
+        raise error(f"memory.budget: measuring the plan '{c.describe(cfg.data.batch_size * cfg.loop.accumulate)}' "
                             f"failed: {tail}")
     out = json.loads(lines[-1])
     peak = out["peak_bytes"] if not out["oom_recoveries"] else max(out["peak_bytes"], cfg.memory.budget + 1)
@@ -174,7 +175,8 @@ if __name__ == "__main__":
     try:
         worker(Path(sys.argv[1]))
     except EcotrainError as exc:  # the user's one line reaches the parent's message, not a traceback
-        sys.exit(f"ecotrain: error: {exc}")
+        print(exc, file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 # ---------------------------------------------------------------- choosing for a run
