@@ -40,9 +40,11 @@ def test_plan_budget_none_fits_prints_the_plans_and_one_line(cli, tmp_path):
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert any("no checkpointing, 1 micro-batch of 4, fp32" in ln and "over" in ln for ln in lines)
-    # a frugal plan (4 micro-batches of 1) was measured too, with a peak predicted from the baseline's estimate
-    rows = [ln for ln in lines[:-2] if "micro-batches of 1, fp32" in ln]
-    assert len(rows) == 1 and rows[0].split("fp32")[1].count("MiB") == 2 and rows[0].endswith("over")
+    # a more frugal plan was measured too (which one depends on the peaks predicted from the measured
+    # baseline), with its measured and predicted peaks, and it does not fit either
+    rows = [ln for ln in lines[:-2] if ln.endswith("over") and "fp32" in ln]
+    frugal = [ln for ln in rows if "micro-batches of" in ln or "checkpointing" in ln.split(",")[0].replace("no ch", "")]
+    assert len(rows) >= 2 and frugal and all(ln.split("fp32")[1].count("MiB") == 2 for ln in rows), lines
     last = lines[-2]
     assert last.startswith("memory.budget=2 MiB: no plan fits") and "smallest peak measured" in last
     assert "sharding" in last or "smaller data.batch_size" in last
