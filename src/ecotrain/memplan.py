@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
+from ecotrain.stats import pareto_front
 
 PLAN_FILE = "memory_plan.json"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -263,12 +264,7 @@ def from_record(rec: dict) -> Search:
 
 def pareto(measured: Sequence[Measured]) -> list[Measured]:
     """The measured plans no other beats on both peak and step time, by rising peak."""
-    front, best_time = [], math.inf
-    for m in sorted(measured, key=lambda m: (m.peak_bytes, m.cost)):
-        if m.cost < best_time:
-            front.append(m)
-            best_time = m.cost
-    return front
+    return pareto_front(measured, x=lambda m: m.peak_bytes, y=lambda m: m.cost)
 
 
 def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) -> str:

@@ -79,3 +79,13 @@ def verdict(drop: Interval, allowance: float) -> str:
     if drop.high <= allowance + 1e-12:
         return "PASS"
     return "FAIL" if drop.low > allowance + 1e-12 else "INCONCLUSIVE"
+
+
+def pareto_front(items, x, y) -> list:
+    """The items no other beats on both `x(item)` and `y(item)` (both smaller is better), by rising x."""
+    front, best = [], math.inf
+    for item in sorted(items, key=lambda i: (x(i), y(i))):
+        if y(item) < best:
+            front.append(item)
+            best = y(item)
+    return front

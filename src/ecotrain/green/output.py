@@ -12,6 +12,7 @@ from typing import Optional
 from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
 from ecotrain.rundir import atomic_write, config_yaml, write_json
+from ecotrain.stats import pareto_front
 
 COLUMNS = ["trial", "state", "cost_ratio", "val", "deficit", "feasible", "check_deficit", "overrides", "note"]
 
@@ -69,12 +70,7 @@ def trials_table(search) -> str:
 
 def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The points no other point beats on both: lower cost and higher validation metric."""
-    front, best = [], -float("inf")
-    for c, v in sorted(points, key=lambda p: (p[0], -p[1])):
-        if v > best:
-            front.append((c, v))
-            best = v
-    return front
+    return pareto_front(points, x=lambda p: p[0], y=lambda p: -p[1])
 
 
 def pareto_plot(search, tolerance: float, by: str) -> str:
