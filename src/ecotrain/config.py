@@ -232,6 +232,9 @@ class DistributedConfig(_Section):
     strategy: Literal["none", "ddp", "fsdp"] = "none"
     fsdp: FsdpConfig = Field(default_factory=FsdpConfig)
     timeout_seconds: float = Field(300, gt=0)  # a collective waiting longer than this fails with a clear error
+    # rank 0's own work (a synchronous checkpoint write, the final weights, files and trackers' upload) may take
+    # this long: the other ranks wait for it on a CPU barrier, never inside a collective of training
+    rank0_timeout_seconds: float = Field(3600, gt=0)
 
 
 class CallbackSpec(_Section):

@@ -73,7 +73,8 @@ class Dist:
         """(model, source, dist-to-reduce-with) for evaluating `source` on this rank."""
         return model, source, None
 
-    def barrier(self) -> None: ...
+    def barrier(self) -> None:
+        """Every rank waits here for the others (rank 0's own work: distributed.rank0_timeout_seconds)."""
 
     def shutdown(self) -> None: ...
 
@@ -83,7 +84,7 @@ class Dist:
 
 
 class TorchDist(Dist):
-    def __init__(self, strategy: str, device: torch.device, timeout_s: float):
+    def __init__(self, strategy: str, device: torch.device, timeout_s: float, rank0_timeout_s: float = 3600):
         import torch.distributed as td
 
         self.td, self.strategy, self.device = td, strategy, device
@@ -97,6 +98,10 @@ class TorchDist(Dist):
         if not td.is_initialized():  # a second fit() in the same process reuses the group
             timeout = datetime.timedelta(seconds=timeout_s)
             td.init_process_group(backend, timeout=timeout, **attempt_store(td, self.rank, self.world_size, timeout))
+        # barriers on a gloo group of their own: ranks waiting for rank 0's work (a checkpoint write, the
+        # final files) wait on the CPU for up to rank0_timeout_s, with no collective pending that
+        # timeout_s (or NCCL's watchdog, which aborts the process) would end
+        self._barrier_group = td.new_group(backend="gloo", timeout=datetime.timedelta(seconds=rank0_timeout_s))
 
     def grad_sync(self, model, last):
         if last:
@@ -150,7 +155,7 @@ class TorchDist(Dist):
         return model, source, None  # FSDP: every forward is a collective, so every rank runs them all
 
     def barrier(self):
-        self.td.barrier()
+        self.td.barrier(group=self._barrier_group)
 
     _ckpt_group = None
 
@@ -165,7 +170,7 @@ class TorchDist(Dist):
         # about 1 run in 20 abort in C++ ("terminate called without an active exception") after all
         # files were written. The CLI ends a torchrun worker with os._exit instead (cli.main).
         if self.td.is_initialized():
-            self.td.barrier()
+            self.barrier()
 
 
 class Agreement:
@@ -299,7 +304,7 @@ def setup(cfg, device: torch.device) -> Dist:
     if cfg.data.batch_size % world:
         raise ConfigError(f"data.batch_size: {cfg.data.batch_size} (the global batch) is not divisible by the "
                           f"world size {world}; use a multiple of {world}")
-    return TorchDist(strategy, device, cfg.distributed.timeout_seconds)
+    return TorchDist(strategy, device, cfg.distributed.timeout_seconds, cfg.distributed.rank0_timeout_seconds)
 
 
 def collective_error(exc: BaseException, dist: Dist) -> EcotrainError | None:

@@ -14,6 +14,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from ecotrain.assemble import Run, evaluate_split
+from ecotrain.device import combine_memory, memory_peaks
 from ecotrain.rundir import atomic_write, write_json
 from ecotrain.tracking import after_finish
 
@@ -48,7 +49,7 @@ class Summary:
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
-    gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak (torch.cuda.max_memory_allocated)
+    gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
     memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memplan.py)
     methods: dict = field(default_factory=dict)  # each method's own figures, by key
     metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
@@ -81,11 +82,13 @@ def finish(run: Run) -> dict:
         exported = state.methods.export(bare) if state.methods else {}
         if exported:
             save_weights(run.folder.path / "export.safetensors", exported)
+    dist.barrier()  # the others wait for rank 0's writes here, not in the evaluation's collectives
     metrics = final_metrics(state, bundle)
-    summary = make_summary(run, metrics).to_json()
+    memory = combine_memory(dist.gather_objects(memory_peaks(state.device)))  # every rank's peaks
+    summary = make_summary(run, metrics, memory).to_json()
     if dist.is_main:
         write_json(run.folder.path / "summary.json", summary)
-        write_ledger(run)
+        write_ledger(run, memory)
         after_finish(run, summary)  # environment.json, then the trackers' last upload (tracking/)
     return summary
 
@@ -105,7 +108,7 @@ def final_metrics(state, bundle) -> dict:
     return out
 
 
-def make_summary(run: Run, metrics: dict) -> Summary:
+def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summary:
     state, cfg, c = run.state, run.state.config, run.state.counters
     secs = state.train_seconds
     return Summary(
@@ -123,23 +126,18 @@ def make_summary(run: Run, metrics: dict) -> Summary:
         padding_ratio=run.facts.get("padding_ratio"),
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
-        gpu_peak_memory_bytes=gpu_peak_memory(state.device),
+        gpu_peak_memory_bytes=(memory or {}).get("gpu_peak_allocated_bytes"),
         memory_plan=run.memory_plan,
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
 
 
-def gpu_peak_memory(device) -> Optional[int]:
-    """The CUDA allocator's peak on `device` since the process started (None off CUDA)."""
-    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
-        return None
-    return int(torch.cuda.max_memory_allocated(device))
-
-
-def write_ledger(run: Run) -> None:
+def write_ledger(run: Run, memory: Optional[dict] = None) -> None:
+    """ledger.json, with `memory`: every rank's peaks (a preempted run: this process's alone)."""
     if run.state.dist.is_main and run.ledger is not None and run.ledger.result is not None:
         from ecotrain.accounting import write_ledger as write
 
-        write(run.folder.path, run.ledger.result)
+        memory = memory or combine_memory([memory_peaks(run.state.device)])
+        write(run.folder.path, {**run.ledger.result, "memory": memory})
 
 
 def preempted_summary(run: Run) -> dict:

@@ -105,7 +105,10 @@ def test_ddp_two_ranks_equal_one_process_with_the_same_global_batch(tmp_path, on
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("test_accuracy") == 1  # rank 0 alone reports
     assert_close_runs(tmp_path / "run", one_process)
-    energy = json.loads((tmp_path / "run" / "ledger.json").read_text())["energy"]
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    memory, energy = ledger["memory"], ledger["energy"]  # every rank's peak, the largest on top
+    assert len(memory["per_rank"]) == 2
+    assert memory["host_peak_rss_bytes"] == max(r["host_peak_rss_bytes"] for r in memory["per_rank"]) > 0
     if energy["kwh"] is not None:  # CodeCarbon's estimate on this machine: every rank's own, summed
         assert energy["ranks"] == 2 and energy["kwh"] == pytest.approx(sum(energy["per_rank_kwh"]))
     else:
@@ -263,3 +266,18 @@ def test_accumulation_skips_sync_and_matches_one_process(tmp_path, strategy):
                  "--run-dir", tmp_path / "two", "--quiet")
     assert r.returncode == 0, r.stderr[-3000:]
     assert_close_runs(tmp_path / "two", tmp_path / "one")
+
+
+def test_rank_zero_slower_than_the_collective_timeout_in_its_own_work_does_not_end_the_job(tmp_path):
+    # rank 0's writes take longer than distributed.timeout_seconds: the others wait for them on the
+    # barrier of rank0_timeout_seconds, not in the next collective (which would time out)
+    rec = recipe(tmp_path, MLP, distributed={"strategy": "ddp", "timeout_seconds": 6},
+                 loop={"max_steps": 8, "eval_every": 4, "log_every": 4}, checkpoint={"every_n_steps": 4})
+    cmd = [*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           str(ROOT / "tests" / "helpers" / "slow_rank0.py"), "8", "fit", str(rec), "--run-dir", str(tmp_path / "run"),
+           "--quiet"]
+    r = run_group(cmd, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")) == ["step-00000004",
+                                                                                        "step-00000008"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 8

@@ -43,6 +43,10 @@ def test_fit_ends_with_the_ledger_line(runs):
     L = json.loads((run / "ledger.json").read_text())
     assert L["flops"]["per_train_sample"] == 2 * 3 * (64 * 256 + 256 * 256 + 256 * 10) - 2 * 64 * 256
     assert L["energy"]["kwh"] > 0 and L["co2e"]["kg"] > 0 and L["cost"]["amount"] > 0
+    mem = L["memory"]  # CPU: the host's peak RSS, no GPU figures
+    assert 50 * 2**20 < mem["host_peak_rss_bytes"] < 8 * 2**30 and mem["gpu_peak_allocated_bytes"] is None
+    summary = json.loads((run / "summary.json").read_text())
+    assert "gpu_peak_memory_bytes" not in summary  # CUDA only
 
 
 def test_ledger_restates_co2e_on_other_grids(cli, runs):
@@ -52,6 +56,8 @@ def test_ledger_restates_co2e_on_other_grids(cli, runs):
         assert grid in r.stdout
     assert "energy" in r.stdout and "estimated" in r.stdout
     assert "1.00x" in r.stdout  # FR: the grid it was recorded on
+    table = cli("ledger", runs["base"][0])
+    assert table.returncode == 0 and "host memory   peak RSS" in table.stdout and "GPU memory" not in table.stdout
     bad = cli("ledger", runs["base"][0], "--regions", "ZZ")
     assert bad.returncode == 2 and "ecotrain: error: country 'ZZ'" in bad.stderr
 

@@ -148,10 +148,21 @@ def test_an_op_without_a_deterministic_kernel_is_one_line():
         assert not torch.is_deterministic_algorithms_warn_only_enabled()
 
 
-def test_gpu_peak_memory_is_absent_off_cuda():
-    from ecotrain.finish import gpu_peak_memory
+def test_memory_peaks_off_cuda_and_combined_over_ranks():
+    from ecotrain.device import combine_memory, memory_peaks
 
-    assert gpu_peak_memory(torch.device("cpu")) is None
+    mine = memory_peaks(torch.device("cpu"))
+    assert mine["gpu_peak_allocated_bytes"] is None and mine["gpu_name"] is None
+    big = torch.ones(64 * 2**20 // 4)  # 64 MiB touched: the peak RSS is at least that
+    assert memory_peaks(torch.device("cpu"))["host_peak_rss_bytes"] >= mine["host_peak_rss_bytes"] >= big.nbytes
+    gpu = {"host_peak_rss_bytes": 3 * 2**30, "gpu_peak_reserved_bytes": 9 * 2**30, "gpu_total_bytes": 80 * 2**30,
+           "gpu_name": "NVIDIA H100"}
+    ranks = [{**gpu, "gpu_peak_allocated_bytes": 5 * 2**30}, {**gpu, "gpu_peak_allocated_bytes": 7 * 2**30,
+                                                              "host_peak_rss_bytes": 2 * 2**30}]
+    both = combine_memory(ranks)
+    assert both["gpu_peak_allocated_bytes"] == 7 * 2**30 and both["host_peak_rss_bytes"] == 3 * 2**30  # the largest
+    assert [r["gpu_peak_allocated_bytes"] for r in both["per_rank"]] == [5 * 2**30, 7 * 2**30]
+    assert both["gpu_name"] == "NVIDIA H100" and "per_rank" not in combine_memory(ranks[:1])
 
 
 @pytest.mark.parametrize("setting,device,cap,precision,want", [

@@ -84,6 +84,7 @@ NUMERIC_PATHS = frozenset("""
     flops.measured_step_samples flops.per_train_sample flops.remeasured flops.total flops.train samples segments
     steps data_wait_share oom_recoveries rollbacks samples_per_second samples_seen skipped_nonfinite_steps
     steps_per_second train_seconds world_size contention.load contention.slowdown gpu_peak_memory_bytes
+    memory.gpu_peak_allocated_bytes memory.gpu_peak_reserved_bytes memory.gpu_total_bytes memory.host_peak_rss_bytes
 """.split())
 
 
@@ -164,8 +165,20 @@ def format_ledger(L: dict) -> str:
     if busy.get("seen"):
         lines.append(f"contention    measured on a busy machine: load up to {busy['load']} on {busy['cpus']} CPUs, steps "
                      f"up to {busy['slowdown']}x slower than the fastest; time, CPU and energy are inflated")
+    mem = L.get("memory") or {}  # older ledgers have none
+    if mem.get("gpu_peak_allocated_bytes") is not None:
+        lines.append(f"GPU memory    peak {mib(mem['gpu_peak_allocated_bytes'])} allocated, "
+                     f"{mib(mem['gpu_peak_reserved_bytes'])} reserved of {mib(mem['gpu_total_bytes'])} "
+                     f"({mem['gpu_name']}; the largest rank's)")
+    if mem.get("host_peak_rss_bytes") is not None:
+        lines.append(f"host memory   peak RSS {mib(mem['host_peak_rss_bytes'])} (the process: interpreter, "
+                     "libraries and data included)")
     lines += [f"note          {n}" for n in e.get("notes", [])]
     return "\n".join(lines)
+
+
+def mib(n) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
 
 
 def restate(L: dict, regions: Sequence[str]) -> str:

@@ -47,12 +47,11 @@ class Checkpointer(Callback):
     def _save(self, state, is_best: bool) -> None:
         # every rank captures (gathering RNG states is a collective); copies only for a background writer
         tensors, meta, shards = self.capture(state, self.manager.background)
-        if not state.dist.is_main and shards is None:  # DDP: rank 0 writes the (replicated) state
-            self.last_saved_step = state.step
-            return
-        path = self.manager.save(state.step, tensors, meta, is_best, shards, state.dist)
+        if state.dist.is_main or shards is not None:  # DDP: rank 0 writes the (replicated) state
+            state.last_checkpoint = str(self.manager.save(state.step, tensors, meta, is_best, shards, state.dist))
         self.last_saved_step = state.step
-        state.last_checkpoint = str(path)
+        if shards is None:  # the others wait for rank 0's write here, not in the next step's collective
+            state.dist.barrier()
 
     def on_step_end(self, state):
         requested = self.preemption is not None and bool(self.preemption.requested)
