@@ -17,6 +17,7 @@ from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
 from ecotrain.memory import is_oom, recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
+from ecotrain.task import unit_count, unit_counts
 
 
 def micro_batches(batch, n_micro: int) -> list:
@@ -39,12 +40,13 @@ def backward_micro_batches(state, batch, n_micro: int) -> torch.Tensor:
         prec.backward(loss)
         return loss.detach()
     pieces = micro_batches(batch, n_micro)
-    total_units = sum(state.task.units(p) for p in pieces)
+    counts = unit_counts(state.task, pieces)  # every piece's token count in one host sync
+    total_units = sum(counts)
     loss_sum = parts_sum = None
-    for i, piece in enumerate(pieces):
+    for i, (piece, n) in enumerate(zip(pieces, counts)):
         with dist.grad_sync(model, last=i == len(pieces) - 1):  # DDP/FSDP: all-reduce on the last only
             with prec.autocast():
-                loss, parts = objective(model, piece, total_units, state)
+                loss, parts = objective(model, piece, total_units, state, n)
             prec.backward(loss)
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         if parts is not None:
@@ -195,7 +197,7 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
             out = task.forward(model, batch)
         loss = task.loss(out, batch, "sum").detach().float()
         loss_sum = loss if loss_sum is None else loss_sum + loss
-        units += task.units(batch)
+        units = units + unit_count(task, batch)  # a tensor on the device: read with the loss below
         if metrics:
             preds, target = task.predictions(out), task.targets(batch)
             for m in metrics.values():
@@ -209,7 +211,7 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
         if isinstance(m, SumMetric):
             sums = m.sums
             states.append(torch.zeros(m.size, dtype=torch.float64) if sums is None else sums)
-    packed = torch.cat([loss_sum.reshape(1).double(), torch.tensor([float(units)], dtype=torch.float64, device=dev),
+    packed = torch.cat([loss_sum.reshape(1).double(), torch.as_tensor(units, dtype=torch.float64, device=dev).reshape(1),
                         *(v.to(dev) for v in states)])
     if dist is not None:
         packed = dist.all_reduce_sum(packed)

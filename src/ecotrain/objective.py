@@ -38,15 +38,19 @@ class Objective:
             batch = m.prepare_batch(batch, state)
         return batch
 
-    def __call__(self, model, batch, total_units: Optional[int], state) -> tuple[torch.Tensor, Optional[dict]]:
+    def __call__(self, model, batch, total_units: Optional[int], state,
+                 units: Optional[int] = None) -> tuple[torch.Tensor, Optional[dict]]:
         """(loss to backpropagate, {term: detached value} or None). `total_units` None: this
-        micro-batch is the whole effective batch."""
+        micro-batch is the whole effective batch; `units`: this micro-batch's count, already read
+        (task.unit_counts), else `task.units(batch)`."""
         out = self.task.forward(model, batch)
-        loss = normalized_loss(self.task, out, batch, total_units)
+        if total_units is not None and units is None:
+            units = self.task.units(batch)
+        loss = normalized_loss(self.task, out, batch, total_units, units)
         if self.plain:  # the common case: nothing else per step
             return loss, None
         terms = self.methods.loss_terms(batch, out, state)
-        share = 1.0 if total_units is None else self.task.units(batch) / total_units
+        share = 1.0 if total_units is None else units / total_units
         if self.task_weight != 1.0:
             loss = loss * self.task_weight
         parts = {"task": loss.detach()}

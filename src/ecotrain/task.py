@@ -6,12 +6,15 @@ The Task protocol (docs/architecture.md) is the one place that knows what a batc
     loss(outputs, batch, reduction="mean")  a mean over the batch's units ("sum": the sum; "none":
                                             one value per sample, for methods that rank samples)
     units(batch) -> int                     samples, or tokens that count (not padding)
+    count_units(batch) -> int | Tensor      optional: the same count, left on the device (no host sync)
     metrics() -> {name: metric}             fresh stateful metrics (metrics.py) for one evaluation,
                                             each updated with (predictions(outputs), targets(batch))
 
 `units` is its own call, not part of `loss`: it is read only when a step is cut into micro-batches
-(a token count is a host sync). `normalized_loss` weights each micro-batch's mean by its share of
-the effective batch's units, which makes accumulation exactly one big batch.
+(a token count is a host sync). `unit_counts` reads every micro-batch's count in one device->host
+copy when the task has `count_units`; a task with `units` alone works unchanged. `normalized_loss`
+weights each micro-batch's mean by its share of the effective batch's units, which makes
+accumulation exactly one big batch.
 
 Supervised batches: a tuple/list `(x, y)`, `(x1, x2, y)` or `(x, y, meta)` (the last tensor is
 the target unless `target` says which; the tensors before it are the model's positional inputs;
@@ -23,6 +26,7 @@ Hugging Face shape: the model takes the whole dict and returns `outputs.loss`.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
@@ -218,7 +222,10 @@ class SequenceTask(SupervisedTask):
     IGNORE = M.IGNORE
 
     def units(self, batch) -> int:
-        return int((self.targets(batch) != self.IGNORE).sum())
+        return int(self.count_units(batch))
+
+    def count_units(self, batch) -> torch.Tensor:
+        return (self.targets(batch) != self.IGNORE).sum()
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
         y = batch[1] if self.xy and type(batch) is tuple and len(batch) == 2 else self.targets(batch)
@@ -275,7 +282,7 @@ class ModelLossTask:
         if reduction == "mean":
             return loss
         if reduction == "sum":
-            return loss * self.units(batch)
+            return loss * unit_count(self, batch)  # a token count stays on the device (loop.evaluate)
         raise ConfigError("task=model_loss: per-sample losses are not available (the model reduces its own loss); "
                           "this method needs a task whose loss ecotrain computes")
 
@@ -286,9 +293,12 @@ class ModelLossTask:
         return logits_of(outputs)
 
     def units(self, batch) -> int:
+        return int(self.count_units(batch))
+
+    def count_units(self, batch) -> Union[int, torch.Tensor]:
         y = self.targets(batch)
         if self.tokens and y is not None:
-            return int((y != M.IGNORE).sum())
+            return (y != M.IGNORE).sum()
         return batch_size(batch)
 
     def metrics(self) -> dict:
@@ -324,13 +334,42 @@ def user_metrics(given: Mapping) -> dict:
             for k, m in given.items()}
 
 
-def normalized_loss(task, out, batch, total_units: int | None) -> torch.Tensor:
+def _owner(cls: type, name: str) -> Optional[type]:
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
+@functools.cache
+def _counts_on_device(cls: type) -> bool:
+    """`cls.count_units` is at least as derived as its `units`: a subclass that redefines `units`
+    alone is counted by its own `units`, never by an inherited `count_units` that disagrees."""
+    counter, units = _owner(cls, "count_units"), _owner(cls, "units")
+    return counter is not None and units is not None and issubclass(counter, units)
+
+
+def unit_count(task, batch) -> Union[int, torch.Tensor]:
+    """A batch's units: `task.count_units` (a tensor left on the device) where the task has one, else
+    `task.units`."""
+    return task.count_units(batch) if _counts_on_device(type(task)) else task.units(batch)
+
+
+def unit_counts(task, pieces) -> list[int]:
+    """Each micro-batch's units as ints, with one device->host copy for all of them."""
+    counts = [unit_count(task, p) for p in pieces]
+    on_device = [c.reshape(()).long() for c in counts if isinstance(c, torch.Tensor)]
+    if not on_device:
+        return [int(c) for c in counts]
+    read = iter(torch.stack(on_device).tolist())  # the step's one host sync for its unit counts
+    return [next(read) if isinstance(c, torch.Tensor) else int(c) for c in counts]
+
+
+def normalized_loss(task, out, batch, total_units: int | None, units: int | None = None) -> torch.Tensor:
     """The one place where a micro-batch's loss is scaled for accumulation
-    (`total_units` None: the micro-batch is the whole batch)."""
+    (`total_units` None: the micro-batch is the whole batch; `units`: this micro-batch's count, read
+    with the others by `unit_counts`, else `task.units(batch)`)."""
     loss = task.loss(out, batch)
     if total_units is None:
         return loss
-    n = task.units(batch)
+    n = task.units(batch) if units is None else units
     if n == 0:  # a piece of padding only: its mean is 0/0; it adds nothing (and keeps the graph)
         return loss.nan_to_num(0.0) * 0.0
     return loss if n == total_units else loss * (n / total_units)
