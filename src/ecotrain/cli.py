@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
                     "memory, e.g. 2GiB, and print the one fit would pick (memory.budget; docs/memory.md)")
     pl.add_argument("--out", metavar="HTML", help="with --budget: also write the measurements and the Pareto front "
                     "(memory vs step time) as a page")
+    measure = pl.add_mutually_exclusive_group()
+    measure.add_argument("--measure", action="store_true", default=None, help="measure the peak of memory.search_steps "
+                         "real training steps in a fresh process, on CPU too (there: its peak RSS, interpreter "
+                         "included); the default on CUDA")
+    measure.add_argument("--no-measure", dest="measure", action="store_false", help="on CUDA: the estimate only")
     r = sub.add_parser("resume", help="continue a run from its newest valid checkpoint")
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", help="dotted overrides (need --allow-config-change)")
@@ -223,13 +228,17 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
 
 def cmd_plan(args) -> int:
     from ecotrain.config import load_config
+    from ecotrain.device import resolve_device
     from ecotrain.plan import format_plan, make_plan
 
     budget = [f"memory.budget={args.budget}"] if args.budget else []
     cfg = load_config(args.recipe, [*args.overrides, *budget])
     if args.out and cfg.memory.budget is None:
         raise ConfigError("plan --out: needs --budget (the page shows the plans measured for it)")
-    print(format_plan(cfg, *make_plan(cfg)))
+    plan, blocks = make_plan(cfg)
+    print(format_plan(cfg, plan, blocks))
+    if args.measure or (args.measure is None and resolve_device(cfg.device).type == "cuda"):
+        _plan_measured(cfg, plan)
     if cfg.memory.budget is None:
         return 0
     from ecotrain import threads
@@ -245,6 +254,21 @@ def cmd_plan(args) -> int:
 
         print(f"page: {write_page(search.record(batch), args.out, cfg.name)}")
     return 0 if search.chosen else 1
+
+
+def _plan_measured(cfg, plan) -> None:
+    """`plan`'s measured lines: the config as written, trained a few steps in a fresh process."""
+    from ecotrain import threads
+    from ecotrain.memplan_measure import measure_config
+    from ecotrain.plan import measured_report
+
+    with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
+        r = measure_config(cfg)
+    lines, failed = measured_report(plan, r.out, r.device, cfg.memory.search_steps, r.error)
+    if lines:
+        print("\n".join(lines))
+    if failed:
+        raise (ConfigError if r.returncode == EXIT_USAGE else EcotrainError)(failed)
 
 
 def cmd_ledger(args) -> int:

@@ -1,12 +1,14 @@
 """Measuring one memory plan (memplan.py): a few real training steps in a fresh process.
 
-The parent (`measure`) writes the job (the run's config with the candidate's levers, the
-micro-batch count) to a temporary folder and runs `python -m ecotrain.memplan_measure JOB`; the
-child trains `memory.search_steps` steps with `fit()` (the same assembly, loop, callbacks and
-ledger as the run itself) in that folder, then prints one JSON line and exits without the final
-evaluation. Peak: on CPU the process's peak RSS (`ru_maxrss`, which never goes down: hence one
-process per plan); on CUDA the allocator's `max_memory_allocated`. Step time: the fastest step after
-the first (which allocates the optimizer state and, with the ledger on, counts FLOPs).
+The parent (`run_job`) writes the job (a config, the micro-batch count) to a temporary folder and
+runs `python -m ecotrain.memplan_measure JOB`; the child trains `memory.search_steps` steps with
+`fit()` (the same assembly, loop, callbacks and ledger as the run itself) in that folder, then
+prints one JSON line and exits without the final evaluation. Two callers: `measure` (a memory.budget
+candidate: the run's config with the candidate's levers) and `measure_config` (`ecotrain plan`'s
+measured line: the config exactly as written). Peak: on CPU the process's peak RSS (`ru_maxrss`,
+which never goes down: hence one process per plan); on CUDA the allocator's `max_memory_allocated`
+(and `max_memory_reserved`, what its cache held). Step time: the fastest step after the first
+(which allocates the optimizer state and, with the ledger on, counts FLOPs).
 The first (baseline) job also estimates every candidate's activations with `ecotrain plan`'s
 saved-tensor measurement, after its peak has been read.
 """
@@ -21,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -33,9 +37,9 @@ from ecotrain.memplan import Baseline, Candidate, Measured
 TIMEOUT_S = 3600
 
 
-def _job_config(cfg, c: Candidate) -> dict:
-    """The run's config with the candidate applied; nothing that writes outside the job's folder."""
-    d = memplan.applied(cfg, c).to_dict()
+def _job_config(cfg) -> dict:
+    """`cfg` as a measuring job: `memory.search_steps` steps, nothing that writes outside the job's folder."""
+    d = cfg.to_dict()
     d["memory"]["budget"] = None
     d["loop"]["max_steps"] = cfg.memory.search_steps
     d["checkpoint"].update(at_end=False, every_minutes=None, every_n_steps=None, every_epoch=False, on_best=False)
@@ -45,13 +49,19 @@ def _job_config(cfg, c: Candidate) -> dict:
     return d
 
 
-def measure(cfg, c: Candidate, first: bool):
-    """Measured (and with `first`, a Baseline) of candidate `c`, from a fresh process."""
+@dataclass
+class JobResult:
+    out: Optional[dict]  # the worker's result line; None when it failed
+    device: dict  # where it ran: gpu_name and gpu_total_bytes on CUDA (read before the first step)
+    seconds: float  # wall time of the process, start-up included
+    error: str = ""  # a failure's last line
+    returncode: int = 0
+
+
+def run_job(job: dict) -> JobResult:
+    """The worker on `job` ({"config", "micro_batches", "estimate", "usable"}) in a fresh process."""
     tmp = Path(tempfile.mkdtemp(prefix="ecotrain-memplan-"))
     try:
-        job = {"config": _job_config(cfg, c), "micro_batches": c.micro_batches, "candidate": c.key,
-               "estimate": cfg.to_dict() if first else None,  # the user's config: its checkpointing spec
-               "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin)}
         (tmp / "job.json").write_text(json.dumps(job))
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         t0 = time.perf_counter()
@@ -60,19 +70,39 @@ def measure(cfg, c: Candidate, first: bool):
         seconds = time.perf_counter() - t0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
+    lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    device = next((ln["device"] for ln in lines if "device" in ln), {})
+    out = next((ln for ln in reversed(lines) if "peak_bytes" in ln), None)
+    if r.returncode != 0 or out is None:
         tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        return JobResult(None, device, seconds, tail, r.returncode or 1)
+    return JobResult(out, device, seconds)
+
+
+def measure(cfg, c: Candidate, first: bool):
+    """Measured (and with `first`, a Baseline) of candidate `c`, from a fresh process."""
+    job = {"config": _job_config(memplan.applied(cfg, c)), "micro_batches": c.micro_batches, "candidate": c.key,
+           "estimate": cfg.to_dict() if first else None,  # the user's config: its checkpointing spec
+           "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin)}
+    r = run_job(job)
+    if r.out is None:
         error = ConfigError if r.returncode == EXIT_USAGE else EcotrainError  # the user's config: exit code 2
         raise error(f"memory.budget: measuring the plan '{c.describe(cfg.data.batch_size * cfg.loop.accumulate)}' "
-                            f"failed: {tail}")
-    out = json.loads(lines[-1])
+                    f"failed: {r.error}")
+    out = r.out
     peak = out["peak_bytes"] if not out["oom_recoveries"] else max(out["peak_bytes"], cfg.memory.budget + 1)
-    m = Measured(c, int(peak), float(out["step_seconds"]), seconds, cpu_seconds=out["cpu_seconds"])
+    m = Measured(c, int(peak), float(out["step_seconds"]), r.seconds, cpu_seconds=out["cpu_seconds"])
     if not first:
         return m
     return m, Baseline(out["start_bytes"], out["start_peak_bytes"], out["state_bytes"], out["activations"],
                        out["n_blocks"])
+
+
+def measure_config(cfg) -> JobResult:
+    """`memory.search_steps` training steps of `cfg` exactly as configured (its checkpointing,
+    accumulation, precision, device) in a fresh process: `ecotrain plan`'s measured peak."""
+    return run_job({"config": _job_config(cfg), "micro_batches": cfg.loop.accumulate, "candidate": "as configured",
+                    "estimate": None, "usable": float("inf")})
 
 
 def _rss_now() -> int:
@@ -142,6 +172,9 @@ def worker(folder: Path) -> None:
             trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
             self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
             if state.device.type == "cuda":
+                props = torch.cuda.get_device_properties(state.device)  # said before a step can fail
+                print(json.dumps({"device": {"gpu_name": props.name, "gpu_total_bytes": props.total_memory}}),
+                      flush=True)
                 torch.cuda.reset_peak_memory_stats(state.device)
                 self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
             else:
@@ -159,7 +192,9 @@ def worker(folder: Path) -> None:
             peak = torch.cuda.max_memory_allocated(state.device) if cuda else _rss_peak()
             fastest = min(range(1, len(self.times)), key=self.times.__getitem__)
             out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
-                   "cpu_seconds": None if cuda else min(self.cpu[1:]),
+                   "cpu_seconds": None if cuda else min(self.cpu[1:]), "device_type": state.device.type,
+                   "reserved_bytes": int(torch.cuda.max_memory_reserved(state.device)) if cuda else None,
+                   "micro_batches": state.counters.micro_batches or cfg.loop.accumulate,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
             if job["estimate"] and peak > job["usable"]:  # after the peak is read: its forwards are not measured
@@ -168,7 +203,8 @@ def worker(folder: Path) -> None:
             os._exit(0)  # the plan's training steps are what is measured; no final evaluation
 
     fit(cfg, callbacks=[Meter()], run_dir=folder / "run", quiet=True)
-    raise SystemExit(f"the run stopped before step {steps}")
+    raise SystemExit(f"the run stopped before step {steps} (loop.max_epochs ended it: set loop.max_epochs=null "
+                     "for the measurement)")
 
 
 if __name__ == "__main__":

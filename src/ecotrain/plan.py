@@ -10,11 +10,15 @@ keeps its input and its attention outputs (selective checkpointing, memory.py), 
 backward, one block's recomputed activations at a time.
 Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
 and the process's own footprint (the Python interpreter, torch's libraries).
+On CUDA (or with `--measure`) the plan is also *measured*: a few real training steps of the config
+as written in a fresh process (memplan_measure.measure_config); `measured_report` says its peak and
+the gap to the estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import nn
@@ -22,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ecotrain.memory import ATTENTION_OPS, find_blocks, select_modules
+from ecotrain.memplan import fmt_bytes
 
 
 @dataclass
@@ -178,3 +183,34 @@ def format_plan(cfg, plan: Plan, block_names: list[str]) -> str:
         levers.append("precision=bf16-mixed (activations mostly halve)")
     lines.append("levers: " + "; ".join(levers))
     return "\n".join(lines)
+
+
+def measured_report(plan: Plan, out: Optional[dict], device: dict, steps: int,
+                    error: str = "") -> tuple[list[str], Optional[str]]:
+    """(the measured lines, the one line that says the plan does not fit or could not be measured, or
+    None). `out` is the measuring worker's result (None when it failed with `error`), `device` its GPU."""
+    where = (f"{device['gpu_name']} ({fmt_bytes(device['gpu_total_bytes'])})" if device.get("gpu_name")
+             else "cpu")
+    verdict = f"the plan does not fit: estimate {_mb(plan.total).strip()}, device total " + (
+        fmt_bytes(device["gpu_total_bytes"]) if device.get("gpu_total_bytes") else "unknown")
+    if out is None:
+        if "out of memory" in error.lower():
+            return [], f"plan: measuring {steps} training steps on {where} ran out of memory ({error}); {verdict}"
+        return [], f"plan: measuring {steps} training steps on {where} failed: {error}"
+    peak = out["peak_bytes"]
+    if out["device_type"] == "cuda":
+        lines = [f"  measured peak     {_mb(peak)}   (torch.cuda.max_memory_allocated, {steps} training steps "
+                 f"in a fresh process on {where})",
+                 f"  reserved          {_mb(out['reserved_bytes'])}   (max_memory_reserved: what the caching "
+                 "allocator held, as nvidia-smi shows it less the CUDA context)"]
+        why = "transient buffers, activation gradients, workspaces"
+    else:
+        lines = [f"  measured peak     {_mb(peak)}   (peak RSS of a fresh process, {steps} training steps on cpu: "
+                 "includes the interpreter, torch's libraries and the data)"]
+        why = "mostly the process itself"
+    lines.append(f"  gap               {(peak - plan.total) / 2**20:+10.1f} MB   (measured / estimate "
+                 f"{peak / plan.total:.2f}x{': ' + why if peak > plan.total else ''})")
+    if out["oom_recoveries"]:
+        return lines, (f"plan: the configured step ran out of memory on {where} and trained only once OOM "
+                       f"recovery cut the batch into {out['micro_batches']} micro-batches; {verdict}")
+    return lines, None
