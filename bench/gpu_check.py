@@ -16,6 +16,9 @@ rest still run. The checks:
 - `lrfind_*`: lr-find's suggestion under fp16 and bf16 (the two should agree within a few x).
 - `tf32_speedup`: steps/s of an fp32 MLP with TF32 matmuls on over off (side by side, same model).
 - `check_every_speedup`: steps/s with divergence.check_every 50 over 1 (one host sync per step).
+- `plan_measured_peak_mib`, `plan_estimate_gap`: `ecotrain plan`'s measured peak of the char-transformer
+  (max_memory_allocated of a few real steps in a fresh process; on --cpu its peak RSS) and that
+  peak over plan's estimate (plan.make_plan, memplan_measure.measure_config: what `plan` prints).
 Ends with one `RESULT key=value ...` line.
 """
 
@@ -220,6 +223,22 @@ def check_every(device: str, steps: int, tmp: Path) -> dict:
     return {"check_every_speedup": f"{fifty / one:.2f}"}
 
 
+def plan_measured(device: str, short: bool) -> dict:
+    from ecotrain.config import load_config
+    from ecotrain.memplan_measure import measure_config
+    from ecotrain.plan import make_plan
+
+    tiny = ["model.kwargs.d_model=32", "model.kwargs.n_layers=2", "data.kwargs.max_bytes=60000"] if short else []
+    c = load_config(CHARLM[0], [*CHARLM[1:], *tiny, f"device={device}", "ledger.energy=off", "logging.progress=off"])
+    plan, _ = make_plan(c)
+    r = measure_config(c)
+    if r.out is None:
+        raise RuntimeError(r.error)
+    peak = r.out["peak_bytes"]
+    return {"plan_measured_peak_mib": round(peak / 2**20), "plan_estimate_gap": f"{peak / plan.total:.2f}",
+            "plan_oom_recoveries": r.out["oom_recoveries"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="run the checks on the CPU, shortened (tries the script)")
@@ -243,6 +262,7 @@ def main() -> int:
             ("lrfind", lambda: lrfind(device, 30 if short else 150)),
             ("tf32", lambda: tf32(device, 20 if short else 400, tmp)),
             ("check_every", lambda: check_every(device, 20 if short else 400, tmp)),
+            ("plan_measured", lambda: plan_measured(device, short)),
         ]
         for name, check in checks:
             t0 = time.perf_counter()
