@@ -353,13 +353,13 @@ def unit_count(task, batch) -> Union[int, torch.Tensor]:
 
 
 def unit_counts(task, pieces) -> list[int]:
-    """Each micro-batch's units as ints, with one device->host copy for all of them."""
+    """Each micro-batch's units as Python numbers, with one device->host copy for all of them."""
     counts = [unit_count(task, p) for p in pieces]
-    on_device = [c.reshape(()).long() for c in counts if isinstance(c, torch.Tensor)]
+    on_device = [c.reshape(()) for c in counts if isinstance(c, torch.Tensor)]
     if not on_device:
-        return [int(c) for c in counts]
+        return counts
     read = iter(torch.stack(on_device).tolist())  # the step's one host sync for its unit counts
-    return [next(read) if isinstance(c, torch.Tensor) else int(c) for c in counts]
+    return [next(read) if isinstance(c, torch.Tensor) else c for c in counts]
 
 
 def normalized_loss(task, out, batch, total_units: int | None, units: int | None = None) -> torch.Tensor:
