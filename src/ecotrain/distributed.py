@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.stallwatch import StallWatch, nccl_timeout
 
 _NULL = contextlib.nullcontext()
 
@@ -78,6 +79,11 @@ class Dist:
 
     def shutdown(self) -> None: ...
 
+    def mark(self, step: int) -> None:
+        """The training thread got past `step`'s collectives' queueing (the stall watch, CUDA only)."""
+
+    def stop_watch(self) -> None: ...
+
     def checkpoint_group(self):
         """A process group of its own for background checkpoint writes (None: one process)."""
         return None
@@ -95,6 +101,10 @@ class TorchDist(Dist):
         self.is_main = self.rank == 0
         if device.type == "cuda":
             torch.cuda.set_device(self.local_rank)
+        self._watch, self._step = None, 0
+        if device.type == "cuda":  # one line before NCCL's watchdog aborts the process (stallwatch.py)
+            self._watch = StallWatch(timeout_s, self.rank, _recorded_event)
+            timeout_s = nccl_timeout(timeout_s)
         if not td.is_initialized():  # a second fit() in the same process reuses the group
             timeout = datetime.timedelta(seconds=timeout_s)
             td.init_process_group(backend, timeout=timeout, **attempt_store(td, self.rank, self.world_size, timeout))
@@ -113,6 +123,7 @@ class TorchDist(Dist):
     def all_reduce_sum(self, t):
         t = t.clone()
         self.td.all_reduce(t, op=self.td.ReduceOp.SUM)
+        self.mark(self._step)  # before the caller reads the sum (a host sync that a dead peer would hang)
         return t
 
     def gather_objects(self, obj):
@@ -165,12 +176,29 @@ class TorchDist(Dist):
             self._ckpt_group = self.td.new_group(backend="gloo")
         return self._ckpt_group
 
+    def mark(self, step):
+        if self._watch is not None:
+            self._step = step
+            self._watch.mark(step)
+
+    def stop_watch(self):
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
     def shutdown(self):
         # Wait for every rank, but leave the group up: destroying gloo's group as a worker ends made
         # about 1 run in 20 abort in C++ ("terminate called without an active exception") after all
         # files were written. The CLI ends a torchrun worker with os._exit instead (cli.main).
+        self.stop_watch()
         if self.td.is_initialized():
             self.barrier()
+
+
+def _recorded_event():
+    event = torch.cuda.Event()
+    event.record()  # on the current stream, behind the collectives queued before it
+    return event
 
 
 class Agreement:

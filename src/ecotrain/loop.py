@@ -79,6 +79,7 @@ def train_step(state, batch, cbs) -> None:
             raise
         loss = None  # the failed graph and its activations go before the retry, not after it
         state.loss = recover_from_oom(state, batch, n_micro, exc, backward_micro_batches)
+    state.dist.mark(state.step)  # CUDA under torchrun: the stall watch's event, behind the gradients' collectives
     state.skip_step = False
     cbs.on_after_backward(state)  # the divergence guard may set skip_step here
     if not state.skip_step:
@@ -87,6 +88,7 @@ def train_step(state, batch, cbs) -> None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), loop_cfg.grad_clip)
         prec.step(opt)
     opt.zero_grad(set_to_none=True)
+    state.dist.mark(state.step)  # ... and behind clipping's (FSDP: an all-reduce of the norm)
 
 
 def set_train_mode(state) -> None:

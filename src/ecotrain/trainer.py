@@ -79,6 +79,8 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
             if err is None:
                 raise
             raise err from None
+        finally:
+            dist.stop_watch()  # no training thread marks work any more (stallwatch.py)
         # the ranks' barrier only after a run they all ended together: a rank failing alone must not wait
         # in it while the others wait in the step's collectives (both until the timeout); it exits instead
         dist.shutdown()
