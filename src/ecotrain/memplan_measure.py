@@ -5,10 +5,11 @@ runs `python -m ecotrain.memplan_measure JOB`; the child trains `memory.search_s
 `fit()` (the same assembly, loop, callbacks and ledger as the run itself) in that folder, then
 prints one JSON line and exits without the final evaluation. Two callers: `measure` (a memory.budget
 candidate: the run's config with the candidate's levers) and `measure_config` (`ecotrain plan`'s
-measured line: the config exactly as written). Peak: on CPU the process's peak RSS (`ru_maxrss`,
-which never goes down: hence one process per plan); on CUDA the allocator's `max_memory_allocated`
-(and `max_memory_reserved`, what its cache held). Step time: the fastest step after the first
-(which allocates the optimizer state and, with the ledger on, counts FLOPs).
+measured line: the config exactly as written). Peak (device.memory_peaks, as the ledger reads it):
+on CPU the process's peak RSS (`ru_maxrss`, which never goes down: hence one process per plan); on
+CUDA the allocator's `max_memory_allocated` (and `max_memory_reserved`, what its cache held). Step
+time: the fastest step after the first (which allocates the optimizer state and, with the ledger
+on, counts FLOPs).
 The first (baseline) job also estimates every candidate's activations with `ecotrain plan`'s
 saved-tensor measurement, after its peak has been read.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 
 from ecotrain import memplan
+from ecotrain.device import host_peak_rss, memory_peaks
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.memplan import Baseline, Candidate, Measured
@@ -110,12 +111,7 @@ def _rss_now() -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):  # not Linux: the peak so far is the best figure there is
-        return _rss_peak()
-
-
-def _rss_peak() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+        return host_peak_rss() or 0
 
 
 def estimates(cfg) -> tuple[dict, int]:
@@ -172,13 +168,12 @@ def worker(folder: Path) -> None:
             trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
             self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
             if state.device.type == "cuda":
-                props = torch.cuda.get_device_properties(state.device)  # said before a step can fail
-                print(json.dumps({"device": {"gpu_name": props.name, "gpu_total_bytes": props.total_memory}}),
-                      flush=True)
+                gpu = memory_peaks(state.device)  # said before a step can fail
+                print(json.dumps({"device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
                 torch.cuda.reset_peak_memory_stats(state.device)
                 self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
             else:
-                self.start, self.start_peak = _rss_now(), _rss_peak()
+                self.start, self.start_peak = _rss_now(), host_peak_rss()
 
         def on_step_start(self, state):
             self.t0, self.c0 = time.perf_counter(), time.process_time()
@@ -189,11 +184,12 @@ def worker(folder: Path) -> None:
             if state.step < steps:
                 return
             cuda = state.device.type == "cuda"
-            peak = torch.cuda.max_memory_allocated(state.device) if cuda else _rss_peak()
+            peaks = memory_peaks(state.device)  # the same figures as the run's ledger
+            peak = peaks["gpu_peak_allocated_bytes"] if cuda else peaks["host_peak_rss_bytes"]
             fastest = min(range(1, len(self.times)), key=self.times.__getitem__)
             out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
                    "cpu_seconds": None if cuda else min(self.cpu[1:]), "device_type": state.device.type,
-                   "reserved_bytes": int(torch.cuda.max_memory_reserved(state.device)) if cuda else None,
+                   "reserved_bytes": peaks["gpu_peak_reserved_bytes"],
                    "micro_batches": state.counters.micro_batches or cfg.loop.accumulate,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
