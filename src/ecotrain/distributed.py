@@ -103,7 +103,8 @@ class TorchDist(Dist):
             torch.cuda.set_device(self.local_rank)
         self._watch, self._step = None, 0
         if device.type == "cuda":  # one line before NCCL's watchdog aborts the process (stallwatch.py)
-            self._watch = StallWatch(timeout_s, self.rank, _recorded_event)
+            self._watch = StallWatch(timeout_s, self.rank, _recorded_event,
+                                     prepare=lambda: torch.cuda.set_device(self.local_rank))
             timeout_s = nccl_timeout(timeout_s)
         if not td.is_initialized():  # a second fit() in the same process reuses the group
             timeout = datetime.timedelta(seconds=timeout_s)

@@ -34,8 +34,9 @@ class StallWatch:
     the work queued before it is done): `torch.cuda.Event` recorded on the current stream."""
 
     def __init__(self, timeout_s: float, rank: int, make_marker: Callable, poll_s: float = 1.0,
-                 exit: Callable[[int], None] = os._exit, out=None):
+                 exit: Callable[[int], None] = os._exit, out=None, prepare: Callable[[], None] = lambda: None):
         self.timeout_s, self.rank, self.make_marker, self.poll_s = timeout_s, rank, make_marker, poll_s
+        self._prepare = prepare  # run first in the watch's thread (CUDA: its device)
         self.pending: collections.deque = collections.deque()  # (queued at, step, marker); appended here only
         self._exit, self._out = exit, out
         self._stop = threading.Event()
@@ -50,6 +51,7 @@ class StallWatch:
         self._thread.join()
 
     def _run(self) -> None:
+        self._prepare()
         while not self._stop.wait(self.poll_s):
             stalled = self.check()
             if stalled is not None:
