@@ -71,13 +71,20 @@ def run_job(job: dict) -> JobResult:
         seconds = time.perf_counter() - t0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
-    device = next((ln["device"] for ln in lines if "device" in ln), {})
+    lines = [_json(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    device = next((ln["worker_device"] for ln in lines if "worker_device" in ln), {})
     out = next((ln for ln in reversed(lines) if "peak_bytes" in ln), None)
     if r.returncode != 0 or out is None:
         tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
         return JobResult(None, device, seconds, tail, r.returncode or 1)
     return JobResult(out, device, seconds)
+
+
+def _json(line: str) -> dict:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:  # user code printed something brace-shaped: not the worker's line
+        return {}
 
 
 def measure(cfg, c: Candidate, first: bool):
@@ -169,7 +176,7 @@ def worker(folder: Path) -> None:
             self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
             if state.device.type == "cuda":
                 gpu = memory_peaks(state.device)  # said before a step can fail
-                print(json.dumps({"device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
+                print(json.dumps({"worker_device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
                 torch.cuda.reset_peak_memory_stats(state.device)
                 self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
             else:
