@@ -38,8 +38,9 @@ def _unreadable(path: Path, exc: BaseException, what: str) -> DataError:
     return DataError(f"{path}: cannot read the {what} ({describe(exc)})")
 
 
-def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None) -> None:
-    """Integer class ids from 0 to num_classes - 1 (or at least 0 when num_classes is unknown)."""
+def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None, hint: str = "") -> None:
+    """Integer class ids from 0 to num_classes - 1 (or at least 0 when num_classes is unknown);
+    `hint`, what to do, is added to an out-of-range label's message."""
     if torch.is_floating_point(y):
         if not torch.equal(y, y.round()):
             raise DataError(f"{where}: labels must be integer class ids, got fractional values")
@@ -49,7 +50,7 @@ def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None) ->
         allowed = f"from 0 to {num_classes - 1}" if num_classes is not None else "0 or more"
         bad_row = int(((y < 0) | (y >= (num_classes or 1 << 62))).nonzero()[0, 0])
         raise DataError(f"{where}: label {int(y[bad_row])} at row {bad_row} is out of range "
-                        f"(labels must be class ids {allowed})")
+                        f"(labels must be class ids {allowed}){hint}")
 
 
 def validate_arrays(x, y, where: str, num_classes: int | None = None, labels: bool = True) -> None:
@@ -290,7 +291,7 @@ def _user_dataset(cfg: Config):
     check_labels(y_all, where, num_classes)
     base = MapSource(ds)
     base._labels = y_all.long()  # read once here; MapSource would read every item again
-    return base, num_classes or int(y_all.max()) + 1
+    return base, num_classes  # None: load_data infers it from the labels
 
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -319,19 +320,12 @@ def load_data(cfg: Config) -> DataBundle:
             raise DataError(f"data: mnist1d could not make the dataset from data.num_samples={cfg.data.num_samples} "
                             f"and data.kwargs={cfg.data.kwargs} ({describe(exc)})") from None
         base = ArraySource(x, y)
-        num_classes = num_classes or int(y.max()) + 1
         test_src = ArraySource(*test) if test is not None else None
     elif name.startswith(("hf:", "parquet:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
         base, own_val, test_src, num_classes = _on_disk(cfg)
-        num_classes = num_classes or int(base.labels().max()) + 1
-        check_labels(base.labels(), f"data.name={name}", num_classes)
     else:
         (base, num_classes), test_src = _user_dataset(cfg), None
-    if cfg.data.num_classes is not None:  # a head wider than the labels present (a continual task)
-        for split, what in ((base, "train"), (test_src, "test")):
-            if split is not None:
-                check_labels(split.labels(), f"data.num_classes={cfg.data.num_classes}: the {what} data", cfg.data.num_classes)
-        num_classes = cfg.data.num_classes
+    num_classes = _check_splits(cfg, base, own_val, test_src, num_classes)
     labels = base.labels()
     if own_val is not None:  # the dataset's own validation split
         x0, _ = base.take(torch.tensor([0]))
@@ -354,6 +348,43 @@ def load_data(cfg: Config) -> DataBundle:
     train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
     return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]), extra=_stream_extra(train))
+
+
+# An inferred head this wide, for labels this sparse, is a file of ids (user ids, years), not class ids:
+# the output layer would have one row per id (1e9 of them: 64 GB, an allocation error mid-start).
+_SPARSE_IDS = 10_000
+
+
+def _check_splits(cfg: Config, train, own_val, test, num_classes: int | None) -> int:
+    """The head's width, and every split checked against it and against the training samples' shape:
+    a test set the model cannot take fails here, in one line, not after training. `num_classes`: what
+    the source says (a ClassLabel, a Dataset attribute, a built-in), else None (the labels' maximum)."""
+    where = cfg.data.path or f"data.name={cfg.data.name}"  # the user's file, when there is one
+    labels = train.labels()
+    if cfg.data.num_classes is not None:  # a head wider than the labels present (a continual task)
+        num_classes, where = cfg.data.num_classes, f"data.num_classes={cfg.data.num_classes}"
+    elif num_classes is None:
+        num_classes = int(labels.max()) + 1
+        distinct = len(torch.unique(labels))
+        if num_classes > _SPARSE_IDS and num_classes > 10 * distinct:
+            row = int(labels.reshape(-1).argmax())
+            raise DataError(f"{where}: label {num_classes - 1} at row {row} would make a head of {num_classes:,} "
+                            f"classes for {distinct} distinct labels; labels must be class ids 0 to K-1: remap them "
+                            "(np.unique(y, return_inverse=True)) or set data.num_classes")
+    x0 = train.take(torch.tensor([0]))[0]
+    for split, what in ((train, "train"), (own_val, "validation"), (test, "test")):
+        if split is None:
+            continue
+        hint = "" if cfg.data.num_classes is not None or what == "train" else \
+            f"; the training labels make {num_classes} classes: set data.num_classes for a wider head"
+        check_labels(split.labels(), f"{where}: the {what} data", num_classes, hint)
+        if what != "train" and isinstance(x0, torch.Tensor):  # a Dataset's items may be any structure
+            xs = split.take(torch.tensor([0]))[0]
+            if isinstance(xs, torch.Tensor) and xs.shape[1:] != x0.shape[1:]:
+                raise DataError(f"{where}: the {what} samples have shape {tuple(xs.shape[1:])}, the training "
+                                f"samples {tuple(x0.shape[1:])}; the model cannot take both: give every split "
+                                "the same features")
+    return num_classes
 
 
 def _on_disk(cfg: Config):
