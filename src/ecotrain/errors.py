@@ -53,12 +53,16 @@ _OS_ADVICE = {
 }
 
 
-def os_error_line(exc: OSError, path=None) -> str:
-    """One line for an OSError: where, what went wrong, what to do."""
+def os_advice(errno_value: int | None) -> str | None:
+    """What to do about an errno (ENOSPC: free space or write elsewhere), or None."""
     import errno as _errno
 
-    name = _errno.errorcode.get(exc.errno or 0, "")
+    return _OS_ADVICE.get(_errno.errorcode.get(errno_value or 0, ""))
+
+
+def os_error_line(exc: OSError, path=None) -> str:
+    """One line for an OSError: where, what went wrong, what to do."""
     where = path if path is not None else (exc.filename if exc.filename is not None else "a file")
     what = exc.strerror or str(exc)
-    advice = _OS_ADVICE.get(name)
+    advice = os_advice(exc.errno)
     return f"{where}: {what}" + (f"; {advice}" if advice else "")

@@ -112,7 +112,8 @@ def test_failed_save_keeps_previous_and_stops_with_a_clear_error(tiny_cfg, tmp_p
         real(path, tensors)
 
     monkeypatch.setattr(fmt, "_write_tensors", flaky)
-    with pytest.raises(CheckpointError, match="No space left on device; earlier checkpoints are intact"):
+    with pytest.raises(CheckpointError, match=r"No space left on device; the disk is full: free space or write "
+                                              r"elsewhere; earlier checkpoints are intact \(newest step-00000020\)"):
         _run(tiny_cfg, tmp_path)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020", "step-00000010"]
     assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
@@ -130,6 +131,8 @@ def test_real_file_size_limit_gives_exit_3(tmp_path):
                        capture_output=True, text=True, cwd=SRC.parent, timeout=120)
     assert r.returncode == 3, r.stderr
     assert "could not write checkpoint" in r.stderr and "Traceback" not in r.stderr
+    # what to do, and no promise of earlier checkpoints to a run that has none
+    assert "(ulimit -f): raise the limit" in r.stderr and "there is no earlier checkpoint" in r.stderr, r.stderr
     assert not list_checkpoints(tmp_path) and not [p for p in (tmp_path / "checkpoints").iterdir()]
 
 

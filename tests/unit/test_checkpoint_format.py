@@ -131,13 +131,14 @@ def test_a_write_that_fails_says_why_and_leaves_nothing(tmp_path):
     with pytest.raises(CheckpointError) as err:  # the temporary folder cannot even be made
         _write(tmp_path / "afile" / "step-1")
     assert str(err.value) == (f"could not write checkpoint {tmp_path / 'afile' / 'step-1'}: Not a directory; "
-                              "earlier checkpoints are intact")
+                              "a part of the path is a file, not a folder: choose another path; "
+                              "there is no earlier checkpoint")
     staged = tmp_path / "staged"
     (staged / "tensors.safetensors").mkdir(parents=True)  # safetensors' own I/O error
     with pytest.raises(CheckpointError) as err:
         write_checkpoint(tmp_path / "c", {"a": torch.ones(1)}, {}, staged=staged)
     assert str(err.value) == (f"could not write checkpoint {tmp_path / 'c'}: Is a directory (os error 21); "
-                              "earlier checkpoints are intact")
+                              "it is a folder: give a file name; there is no earlier checkpoint")
     assert not staged.exists() and not (tmp_path / "c").exists()
 
 

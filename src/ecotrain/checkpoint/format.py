@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import xxhash
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ecotrain.errors import CheckpointError
+from ecotrain.errors import CheckpointError, os_advice
 from ecotrain.rundir import fsync_dir
 
 FORMAT = "ecotrain-checkpoint/1"
@@ -119,10 +120,25 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
         fsync_dir(folder.parent)
     except (OSError, SafetensorError) as exc:  # safetensors reports I/O errors as its own type
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = getattr(exc, "strerror", None) or str(exc).rsplit("I/O error: ", 1)[-1]
-        raise CheckpointError(f"could not write checkpoint {folder}: {reason}; "
-                              "earlier checkpoints are intact") from None
+        raise CheckpointError(_write_failed(folder, exc)) from None
     return folder
+
+
+def _write_failed(folder: Path, exc: BaseException) -> str:
+    """What failed, what to do (errors.py's errno table), and what is left to resume from: "earlier
+    checkpoints are intact" said of a run that has none sent users to a resume that cannot work."""
+    reason = getattr(exc, "strerror", None) or str(exc).rsplit("I/O error: ", 1)[-1]
+    code = getattr(exc, "errno", None)
+    if code is None:  # safetensors' Rust error text: "... (os error 28)"
+        found = re.search(r"os error (\d+)", str(exc))
+        code = int(found.group(1)) if found else None
+    advice = os_advice(code)
+    try:
+        earlier = sorted(p.name for p in folder.parent.glob("step-*") if p.is_dir() and p.name < folder.name)
+    except OSError:  # the folder above is the path that failed
+        earlier = []
+    left = f"earlier checkpoints are intact (newest {earlier[-1]})" if earlier else "there is no earlier checkpoint"
+    return f"could not write checkpoint {folder}: {reason}{f'; {advice}' if advice else ''}; {left}"
 
 
 def tensor_refs(skel: Any) -> set[str]:
