@@ -427,8 +427,9 @@ def _main(argv: list[str] | None = None) -> int:
     except EcotrainError as exc:
         print(f"ecotrain: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("ecotrain: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # in training: a second Ctrl-C, which stops without the preemption checkpoint
+        stopped = " (a second Ctrl-C stops at once, without a checkpoint)" if args.command in TRAINS else ""
+        print(f"ecotrain: interrupted{stopped}{_resume_hint(args)}", file=sys.stderr)
         return 130
     except OSError as exc:  # a file the command could not read or write, wherever it was met
         return _failed(args, os_error_line(exc), EXIT_USAGE, debug)
@@ -464,16 +465,25 @@ def _failed(args, line: str, code: int, debug: bool) -> int:
             continue
     if debug:
         print(text, file=sys.stderr, end="")
-    tail = ""
-    if trained and (run / "checkpoints").is_dir():
-        from ecotrain.checkpoint import list_checkpoints
-
-        ckpts = list_checkpoints(run)  # newest first
-        if ckpts:
-            tail = f"; checkpoint {ckpts[0].name} is intact: `ecotrain resume {run}` continues from it"
     where = f"; traceback in {log_path}" if log_path else ""
-    print(f"ecotrain: error: {line}{tail}{where}{'' if debug else ' (--debug shows it)'}", file=sys.stderr)
+    print(f"ecotrain: error: {line}{_resume_hint(args)}{where}{'' if debug else ' (--debug shows it)'}",
+          file=sys.stderr)
     return code
+
+
+def _resume_hint(args) -> str:
+    """'; checkpoint step-N is intact: `ecotrain resume RUN` continues from it' after a training command
+    stopped by an error or a second Ctrl-C, when its run folder holds a checkpoint; else ''."""
+    run = Path(getattr(args, "run_dir", None) or getattr(args, "run", None) or "")
+    try:  # the run folder may be the very path that failed (a name too long, a loop of links)
+        if args.command not in TRAINS or str(run) in ("", ".") or not (run / "checkpoints").is_dir():
+            return ""
+    except OSError:
+        return ""
+    from ecotrain.checkpoint import list_checkpoints
+
+    ckpts = list_checkpoints(run)  # newest first
+    return f"; checkpoint {ckpts[0].name} is intact: `ecotrain resume {run}` continues from it" if ckpts else ""
 
 
 def _user_frame(exc: BaseException) -> str:

@@ -108,3 +108,21 @@ def test_resume_command_continues_a_preempted_run(cli, tmp_path, reference):
     r = cli("resume", run, "--quiet", "--allow-config-change")
     assert r.returncode == 0, r.stderr
     _same_as_reference(run, reference)
+
+
+def test_two_sigints_during_a_save_leave_no_partial_folder_and_resume_exact(cli, tmp_path, reference):
+    """The second Ctrl-C stops at once, from inside step 32's save: exit 130, the temporary folder
+    removed, one line naming the checkpoint to resume from (it said only "interrupted")."""
+    run = tmp_path / "run"
+    r = cli("fit", _recipe(tmp_path, [{"path": "tests.helpers.interrupt:SigintTwiceDuringSave",
+                                       "kwargs": {"step": 30}}]), "--run-dir", run, "--quiet")
+    assert r.returncode == 130, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == (f"ecotrain: interrupted (a second Ctrl-C stops at once, without a checkpoint); checkpoint "
+                    f"step-00000028 is intact: `ecotrain resume {run}` continues from it"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000024", "step-00000028"]
+    r = cli("fit", _recipe(tmp_path), "--run-dir", run, "--resume", "auto", "--quiet", "--allow-config-change")
+    assert r.returncode == 0, r.stderr
+    assert "step-00000028" in r.stderr
+    _same_as_reference(run, reference)

@@ -121,6 +121,9 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
     except (OSError, SafetensorError) as exc:  # safetensors reports I/O errors as its own type
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(_write_failed(folder, exc)) from None
+    except BaseException:  # a second Ctrl-C mid-save (KeyboardInterrupt): no partial folder left either
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
 
 
