@@ -16,6 +16,9 @@ rest still run. The checks:
 - `lrfind_*`: lr-find's suggestion under fp16 and bf16 (the two should agree within a few x).
 - `tf32_speedup`: steps/s of an fp32 MLP with TF32 matmuls on over off (side by side, same model).
 - `check_every_speedup`: steps/s with divergence.check_every 50 over 1 (one host sync per step).
+- `stall_watch_quiet`, `stall_watch_fired`: the stall watch (stallwatch.py) on real CUDA events: quiet
+  after completed work, one line for ~3 s of queued GPU work past a 1 s timeout.
+- `bf16_gpu_peak_mib`, `fp16_gpu_peak_mib`: ledger.json's `memory.gpu_peak_allocated_bytes`.
 - `plan_measured_peak_mib`, `plan_estimate_gap`: `ecotrain plan`'s measured peak of the char-transformer
   (max_memory_allocated of a few real steps in a fresh process; on --cpu its peak RSS) and that
   peak over plan's estimate (plan.make_plan, memplan_measure.measure_config: what `plan` prints).
@@ -70,8 +73,11 @@ def smoke(device: str, precision: str, steps: int, tmp: Path) -> dict:
            f"{key}_val_accuracy": round(s.get("val_accuracy", float("nan")), 3)}
     if precision == "fp16-mixed":
         out["fp16_skipped_steps"] = s.get("fp16_skipped_steps")
-    parts = (read_json(r.run_dir / "ledger.json").get("energy") or {}).get("components_kwh") or {}
+    ledger = read_json(r.run_dir / "ledger.json")
+    parts = (ledger.get("energy") or {}).get("components_kwh") or {}
     out[f"{key}_gpu_kwh"] = f"{parts['gpu']:.3g}" if parts.get("gpu") is not None else "none"
+    peak = ledger["memory"]["gpu_peak_allocated_bytes"]  # the ledger's (and summary.json's) allocator peak
+    out[f"{key}_gpu_peak_mib"] = round(peak / 2**20, 1) if peak is not None else "none"
     return out
 
 
@@ -239,6 +245,47 @@ def plan_measured(device: str, short: bool) -> dict:
             "plan_oom_recoveries": r.out["oom_recoveries"]}
 
 
+def stall_watch(device: str) -> dict:
+    """distributed's stall watch on real CUDA events: GPU work that runs past the timeout (a kernel
+    that sleeps ~3 s, as a collective whose peer died would hang) is named in one line; work that
+    completes in time is not. The exit is recorded here instead of ending the process."""
+    if device != "cuda":
+        return {"stall_watch": "n/a"}
+    from ecotrain.distributed import _recorded_event
+    from ecotrain.stallwatch import StallWatch
+
+    exits, lines = [], []
+
+    class Out:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    w = StallWatch(1.0, 0, _recorded_event, poll_s=0.1, exit=exits.append, out=Out(),
+                   prepare=lambda: torch.cuda.set_device(torch.cuda.current_device()))
+    try:
+        w.mark(1)
+        torch.cuda.synchronize()
+        time.sleep(1.5)  # step 1's work long done: quiet
+        quiet = not exits
+        try:
+            mhz = torch.cuda.clock_rate()  # the SM clock, through pynvml
+        except Exception:  # no pynvml: a modern GPU's ~2 GHz
+            mhz = 2000
+        torch.cuda._sleep(int(3 * mhz * 1e6))  # ~3 s of GPU work queued
+        w.mark(2)
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.05)
+        torch.cuda.synchronize()
+    finally:
+        w.stop()
+    fired = exits == [1] and "step 2 has waited" in "".join(lines)
+    return {"stall_watch_quiet": quiet, "stall_watch_fired": fired}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="run the checks on the CPU, shortened (tries the script)")
@@ -263,6 +310,7 @@ def main() -> int:
             ("tf32", lambda: tf32(device, 20 if short else 400, tmp)),
             ("check_every", lambda: check_every(device, 20 if short else 400, tmp)),
             ("plan_measured", lambda: plan_measured(device, short)),
+            ("stall_watch", lambda: stall_watch(device)),
         ]
         for name, check in checks:
             t0 = time.perf_counter()
