@@ -165,6 +165,19 @@ def test_resume_adds_segments(tiny_cfg, tmp_path):
     assert b["flops"]["train"] == (FWD + BWD) * b["samples"]
 
 
+def test_resuming_a_finished_run_keeps_its_flops(tiny_cfg, tmp_path):
+    """A job restarted after its run finished (`fit --resume auto`, `resume`) trains no step, so measures
+    none: its ledger.json said `flops: null`, losing the run's count (and `compare --by flops` with it)."""
+    cfg = tiny_cfg(**{"ledger.energy": "off", "loop.max_steps": 20, "loop.eval_every": None})
+    first = fit(cfg, run_dir=tmp_path)
+    a = ledger_of(tmp_path)
+    fit(cfg, run_dir=tmp_path, resume=first.state.last_checkpoint)
+    b = ledger_of(tmp_path)
+    assert b["segments"] == 2 and b["steps"] == 20
+    for k in ("total", "train", "eval", "measured_step_flops", "per_train_sample", "method"):
+        assert b["flops"][k] == a["flops"][k], k
+
+
 def test_prices_and_grids():
     assert price_for("NVIDIA H100 80GB HBM3") == (4.0, "ecotrain default table")
     assert price_for("NVIDIA H100 80GB HBM3", {"h100": 2.1}) == (2.1, "ledger.prices")

@@ -54,6 +54,9 @@ class Ledger(Callback):
         self.eval_passes = 0
         self.step_flops: Optional[StepFlops] = None
         self.measured_step: Optional[int] = None
+        # the rate an earlier segment measured: a resume that trains no step (a finished run restarted by
+        # its job) measures none, and its ledger lost the run's FLOPs (null) without it
+        self.prior_step: Optional[tuple[StepFlops, int]] = None
         self.forecast: Optional[dict] = None
         self.result: Optional[dict] = None
         self.meter: Optional[EnergyMeter] = None
@@ -181,8 +184,12 @@ class Ledger(Callback):
             state.stop(f"budget:{name}")
 
     # -- the figures ---------------------------------------------------------------------------
+    def _rate(self) -> tuple[Optional[StepFlops], Optional[int]]:
+        """The measured step (and its number) the figures are counted at: this segment's, else the last one's."""
+        return (self.step_flops, self.measured_step) if self.step_flops else (self.prior_step or (None, None))
+
     def eval_flops(self) -> float:
-        f = self.step_flops
+        f = self._rate()[0]
         live = f.forward_per_sample * self.eval_samples * (self.eval_passes - self._passes0) if f else 0.0
         return self.prior["eval_flops"] + self.banked["eval"] + live
 
@@ -212,7 +219,7 @@ class Ledger(Callback):
         wall = self.prior["wall_seconds"] + time.perf_counter() - self._t0
         cpu = self.prior["cpu_seconds"] + cpu_seconds() - self._c0
         kwh = self._kwh() if energy else None
-        return {"flops": self.train_flops(state) + self.eval_flops() + self.extra_flops() if self.step_flops else None,
+        return {"flops": self.train_flops(state) + self.eval_flops() + self.extra_flops() if self._rate()[0] else None,
                 "wall_seconds": wall, "cpu_seconds": cpu, "cpu_hours": cpu / 3600, "energy_kwh": kwh,
                 "co2e_kg": kwh * self.g_per_kwh / 1000 if kwh is not None and self.g_per_kwh is not None else None,
                 "cost": wall / 3600 * self.device_count * self.world * self.price if self.price is not None else None}
@@ -245,14 +252,14 @@ class Ledger(Callback):
 
     def _build(self, state, spend: dict, energy: dict) -> dict:
         hours = spend["wall_seconds"] / 3600 * self.device_count * self.world
-        f = self.step_flops
+        f, measured_step = self._rate()
         flops = None if f is None else {
             "total": spend["flops"], "train": self.train_flops(state), "eval": self.eval_flops(),
             "extra": self.extra_by_label(), "remeasured": self.remeasures,
             "measured_step_flops": f.total, "measured_step_samples": f.samples,
             "per_train_sample": f.per_sample, "forward_per_sample": f.forward_per_sample,
             "eval_passes": self.eval_passes, "eval_samples_per_pass": self.eval_samples,
-            "method": FLOPS_METHOD.format(step=self.measured_step)}
+            "method": FLOPS_METHOD.format(step=measured_step)}
         kwh, g = energy["kwh"], self.g_per_kwh
         co2e = {"kg": kwh * g / 1000 if kwh is not None and g is not None else None, "g_per_kwh": g,
                 "grid": self.grid, "source": self.intensity_source, "method": "energy kWh x grid intensity",
@@ -299,7 +306,11 @@ class Ledger(Callback):
         return {"wall_seconds": wall, "cpu_seconds": cpu, "energy_kwh": kwh or 0.0, "energy_missing": missing,
                 "segments": segments, "train_flops": train, "eval_passes": self.eval_passes,
                 "eval_flops": evalf, "extra_flops": self.extra_by_label(), "forecast": self.forecast,
-                "contention": self.contention_record()}
+                "contention": self.contention_record(), "step_flops": self._rate_record()}
+
+    def _rate_record(self) -> Optional[list]:
+        f, step = self._rate()
+        return None if f is None else [f.total, f.forward, f.samples, step]
 
     def load_state_dict(self, sd: dict) -> None:
         self.prior = {k: sd[k] for k in ("wall_seconds", "cpu_seconds", "energy_kwh", "energy_missing", "segments")}
@@ -307,6 +318,9 @@ class Ledger(Callback):
         self.prior["extra_flops"] = dict(sd.get("extra_flops", {}))
         self.eval_passes, self.forecast = sd.get("eval_passes", 0), sd.get("forecast")
         self.prior["contention"] = sd.get("contention")
+        if sd.get("step_flops"):  # older checkpoints: none
+            total, forward, samples, step = sd["step_flops"]
+            self.prior_step = (StepFlops(total, forward, samples), step)
         # eval passes of earlier segments, at their own rates (older checkpoints: counted at this one's)
         self.prior["eval_flops"] = sd.get("eval_flops", 0.0)
         if "eval_flops" in sd:
