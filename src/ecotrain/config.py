@@ -423,8 +423,32 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+# the tag pydantic puts at the end of a loc for each member of a Union (`threads.literal['auto']`,
+# `...constrained-int`, `...EveryN`); config keys are snake_case, so a tag is never a key
+_UNION_MEMBER = re.compile(r"literal\[.*\]|constrained-\w+|function-\w+\[.*\]|int|float|str|bool|[A-Z]\w*")
+
+
+def _merge_union_members(errors: list[dict]) -> list[dict]:
+    """A value no member of a Union takes is reported once per member, under a loc ending in the member's
+    tag: one error for the key, the members' wants joined ("should be 'auto', or greater than 0"), not
+    "config key 'threads.literal['auto']': Input should be 'auto' (and 1 more problem after this one)"."""
+    out: list[dict] = []
+    for e in errors:
+        loc = e["loc"]
+        if not (loc and isinstance(loc[-1], str) and _UNION_MEMBER.fullmatch(loc[-1])):
+            out.append(e)
+            continue
+        prev = out[-1] if out else None
+        if prev is not None and prev.get("union") == loc[:-1] and prev.get("input") == e.get("input"):
+            prev["msg"] += ", or " + e["msg"].removeprefix("Input should be ")
+        else:
+            out.append({**e, "loc": loc[:-1], "union": loc[:-1]})
+    return out
+
+
 def _format(err: ValidationError, source: str) -> str:
-    e = err.errors()[0]
+    errors = _merge_union_members(err.errors())
+    e = errors[0]
     key = ".".join(str(p) for p in e["loc"]) or "(top level)"
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
@@ -438,7 +462,7 @@ def _format(err: ValidationError, source: str) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if "input" in e and not isinstance(e["input"], dict):
             msg += f" (got {_short(e['input'])})"
-    n = len(err.errors())
+    n = len(errors)
     more = f" (and {n - 1} more problem{'s' if n > 2 else ''} after this one)" if n > 1 else ""
     return _one_line(f"{source}: config key '{key}': {msg}{more}")
 

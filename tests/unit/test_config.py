@@ -126,3 +126,17 @@ def test_mnist1d_needs_a_minimum_of_samples():
     with pytest.raises(ConfigError, match=r"'data.num_samples': must be >= 100"):
         load_config(None, ["data.num_samples=1"])
     assert load_config(None, ["data.num_samples=100"]).data.num_samples == 100
+
+
+@pytest.mark.parametrize("override, line", [
+    ("threads=0", "config key 'threads': Input should be 'auto', or greater than 0 (got 0)"),
+    ("threads=many", "config key 'threads': Input should be 'auto', or a valid integer"),
+    ("memory.activation_checkpointing=some", "config key 'memory.activation_checkpointing': Input should be 'off' "
+                                             "or 'all', or a valid dictionary"),
+])
+def test_a_value_no_union_member_takes_is_one_problem_named_by_its_key(override, line):
+    """It was "config key 'threads.literal['auto']': Input should be 'auto' (got 0) (and 1 more problem
+    after this one)": pydantic's tag for a Union member in the key, the member's want as the whole rule."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert line in str(err.value) and "more problem" not in str(err.value), str(err.value)
