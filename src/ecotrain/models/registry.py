@@ -22,6 +22,7 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     }
     try:
         if cfg.name in builtins:
+            _check_sizes(cfg.name, cfg.kwargs)
             return builtins[cfg.name](dict(cfg.kwargs))
     except (TypeError, ValueError) as exc:  # a wrong or impossible keyword, e.g. heads not dividing d_model
         raise ConfigError(f"model.kwargs: {exc}") from None
@@ -37,3 +38,22 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     return model
 
 
+# A built-in's keywords are all sizes: lists of them (with the fewest entries each needs), or one.
+_SIZE_LISTS = {"hidden": 0, "widths": 1}
+
+
+def _check_sizes(name: str, kwargs: dict) -> None:
+    """hidden=[0] built a layer of no units that trained silently to chance (0 FLOPs), hidden=[-4] failed
+    inside torch as `fit failed: RuntimeError`, widths=[] as an IndexError: one line naming the key instead.
+    A keyword the model does not take is left to its constructor's TypeError."""
+    for key, value in kwargs.items():
+        if key in _SIZE_LISTS:
+            fewest = _SIZE_LISTS[key]
+            if not isinstance(value, (list, tuple)) or len(value) < fewest:
+                raise ConfigError(f"model.kwargs.{key}: a list of layer sizes{' (at least one)' if fewest else ''} "
+                                  f"for model {name}, e.g. [64, 64]; got {value!r}")
+            values = list(value)
+        else:
+            values = [value]
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise ConfigError(f"model.kwargs.{key}: sizes of model {name} are whole numbers of 1 or more; got {value!r}")
