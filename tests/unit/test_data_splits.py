@@ -53,3 +53,12 @@ def test_sparse_but_plausible_class_ids_still_load(tmp_path):
     bundle = _load(tmp_path, x=X, y=Y * 100, x_test=X[:6], y_test=np.array([0, 100, 200, 0, 100, 200]))
     assert bundle.num_classes == 201
     assert bundle.test.take(torch.arange(6))[0].shape == (6, 4)
+
+
+def test_a_relative_data_path_not_found_names_the_folder_it_was_read_from(tmp_path, monkeypatch):
+    """A run's config.yaml keeps data.path as given: `resume`/`eval` from another folder said only
+    "data.path: d.npz not found", of a file the user can see."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        load_data(Config.model_validate({"data": {"name": "npz", "path": "d.npz"}}))
+    assert str(err.value) == f"data.path: d.npz not found (a relative path is read from the current folder, {tmp_path})"

@@ -207,7 +207,9 @@ def _need_path(cfg: Config) -> Path:
     if p.is_dir():
         raise DataError(f"data.path: {p} is a folder; give the .{cfg.data.name} file")
     if not p.is_file():
-        raise DataError(f"data.path: {p} not found")
+        # a run's config.yaml keeps the path as given: `resume`/`eval` from another folder look elsewhere
+        where = "" if p.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
+        raise DataError(f"data.path: {p} not found{where}")
     try:
         with open(p, "rb"):
             pass
