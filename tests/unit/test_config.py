@@ -140,3 +140,11 @@ def test_a_value_no_union_member_takes_is_one_problem_named_by_its_key(override,
     with pytest.raises(ConfigError) as err:
         load_config(None, [override])
     assert line in str(err.value) and "more problem" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["digits", "npz", "csv", "parquet:shards"])
+def test_data_kwargs_for_a_source_that_reads_none_are_refused(name):
+    """data.kwargs.num_samples=500 for digits was silently ignored: the run trained on all of it."""
+    with pytest.raises(ConfigError, match=rf"data.kwargs \['num_samples'\]: data.name={name} takes none"):
+        load_config(None, [f"data.name={name}", "data.kwargs.num_samples=500"])
+    load_config(None, ["data.name=mnist1d", "data.kwargs.seed=3"])  # mnist1d's generator takes them
