@@ -38,7 +38,7 @@ from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.methods.bn_domain import serving, use_domain
-from ecotrain.rundir import atomic_write
+from ecotrain.rundir import atomic_write, refuse_overwriting
 
 SPLITS = ("test", "val", "train", "all")
 
@@ -268,11 +268,13 @@ def eval_data(trained: Trained, items: Sequence[str], split: Optional[str], need
 
 
 # -- eval and predict ---------------------------------------------------------------------------
-def _writable(path: Path, flag: str) -> Path:
+def _writable(path: Path, flag: str, reads=()) -> Path:
+    """`reads`: the files the command reads (its --data), which the output must not replace."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path}: is a folder; give a file path")
     if not path.parent.is_dir():
         raise ConfigError(f"{flag} {path}: the folder {path.parent} does not exist")
+    refuse_overwriting(path, flag, reads)
     return path
 
 
@@ -295,7 +297,7 @@ def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out:
     src, split, label, _ = eval_data(trained, list(data), split)
     stats, column = serving(trained, domain, list(data), split, len(src))
     path = Path(out) if out else trained.out_dir / f"eval-{trained.prefix}{label}.json"
-    _writable(path, "--out")
+    _writable(path, "--out", data)
     cfg = trained.config
     task = build_task(cfg, lm=trained.is_lm)
     extra: dict = {}
@@ -327,7 +329,7 @@ def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] =
             device: str = "auto", domain: Optional[str] = None) -> tuple[int, Path]:
     """Class predictions and probabilities of every sample as CSV: index, prediction, label (when the
     data has labels), prob_0 ... prob_{K-1}. Returns (rows, path). `domain`: as `evaluate`'s."""
-    path = _writable(Path(out), "--out")
+    path = _writable(Path(out), "--out", data)
     trained = load_trained(target, device)
     if trained.is_lm:
         raise ConfigError(f"predict: {target} is a language model; predict writes class probabilities of classifiers")

@@ -55,11 +55,13 @@ def cmd_lr_find(args) -> int:
         raise ConfigError(f"--out {out}: the plot's path, and the curve goes beside it as .json; give a .png name")
     if out.with_suffix(".json").is_dir():
         raise ConfigError(f"--out {out}: the curve's path {out.with_suffix('.json')} is a folder; choose another --out")
-    from ecotrain.rundir import file_in_the_way
+    from ecotrain.rundir import file_in_the_way, refuse_overwriting
 
     blocked = file_in_the_way(out)
     if blocked is not None:
         raise ConfigError(f"--out {out}: {blocked} is a file, not a folder")
+    for written in (out, out.with_suffix(".json")):  # the plot and the curve beside it
+        refuse_overwriting(written, "--out", [args.recipe])
     result = range_test(cfg, args.steps, args.start, args.end, args.smooth, args.diverge)
     out.parent.mkdir(parents=True, exist_ok=True)
     from ecotrain.rundir import write_json

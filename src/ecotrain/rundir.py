@@ -78,6 +78,30 @@ def file_in_the_way(path: Path) -> Optional[Path]:
     return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
 
 
+# A run's own files: what training writes and later commands read (report.html is `report`'s own output).
+_RUN_OWN = tuple(f for f in RUN_FILES if f != "report.html")
+_RUN_MARKS = ("metrics.jsonl", "summary.json", "model.safetensors", "checkpoints")  # with config.yaml: a run
+
+
+def refuse_overwriting(out, flag: str, reads=()) -> None:
+    """An output a command was asked to write (`--out`) is never a file the command reads (`predict --out`
+    onto its own --data replaced the user's data with predictions) nor a file of a run or checkpoint
+    (`eval --out RUN/config.yaml` left a run that nothing could load): one line, before any work."""
+    target = Path(out).resolve()  # through links: the file that would be replaced
+    for r in reads:
+        if Path(r).exists() and Path(r).resolve() == target:
+            raise ConfigError(f"{flag} {out}: is the input {r}, which writing there would replace; "
+                              f"choose another {flag}")
+    for folder in target.parents:
+        first = target.relative_to(folder).parts[0]
+        if (folder / "MANIFEST.json").is_file():
+            raise ConfigError(f"{flag} {out}: is inside the checkpoint {folder}, which a file added or replaced "
+                              f"there would damage; choose another {flag}")
+        if first in _RUN_OWN and (folder / "config.yaml").is_file() and any((folder / m).exists() for m in _RUN_MARKS):
+            raise ConfigError(f"{flag} {out}: is {first} of the run in {folder}, which writing there would damage; "
+                              f"choose another {flag}")
+
+
 def holds_run(path: Path) -> list[str]:
     """The run files in `path` (none: the folder is free to use)."""
     return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []

@@ -250,3 +250,20 @@ CASES += [
          [LONG + ".html", "File name too long", "255 bytes a name"], trained_run()),
     Case("lr_find_out_name_too_long", [*LR_FIND, "{tmp}/" + LONG + ".png"], 2, ["File name too long"]),
 ]
+
+
+# ---- an --out onto a file the command reads, or a run's or checkpoint's own file (rundir.refuse_overwriting) ----
+U_NPZ = npz("u.npz", x=np.zeros((5, 64), np.float32))
+STEP4_DIR = "run/checkpoints/step-00000004"
+CASES += [
+    Case("predict_out_is_its_own_data", ["predict", "{tmp}/run", "--data", "{tmp}/u.npz", "--out", "{tmp}/u.npz"], 2,
+         ["--out", "u.npz", "is the input", "choose another --out"], both(trained_run(), U_NPZ)),
+    Case("eval_out_is_the_runs_config", ["eval", "{tmp}/run", "--out", "{tmp}/run/config.yaml"], 2,
+         ["--out", "config.yaml of the run", "choose another --out"], trained_run(), absent=("run/eval-*",)),
+    Case("report_out_is_the_runs_summary", ["report", "{tmp}/run", "--out", "{tmp}/run/summary.json"], 2,
+         ["--out", "summary.json of the run"], trained_run()),
+    Case("predict_out_into_a_checkpoint", ["predict", "{tmp}/run", "--data", "{tmp}/u.npz", "--out",
+                                           "{tmp}/" + STEP4_DIR + "/p.csv"], 2,
+         ["--out", "inside the checkpoint", "step-00000004"], both(trained_run(), U_NPZ),
+         absent=(STEP4_DIR + "/p.csv", STEP4_DIR + "/.p.csv*")),
+]

@@ -22,7 +22,7 @@ from ecotrain.continual.labels import load_label_map, normalise, review_rows
 from ecotrain.continual.registry import VERSION_RE
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.errors import ConfigError, DataError
-from ecotrain.rundir import atomic_write
+from ecotrain.rundir import atomic_write, refuse_overwriting
 
 
 def _model(target: str, registry: str):
@@ -47,6 +47,7 @@ def review_queue(target: str, data: str, out: str, registry: str, top: int = 50,
         raise ConfigError(f"--out {out_path}: give a .csv or .json file")
     if not out_path.parent.is_dir():
         raise ConfigError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+    refuse_overwriting(out_path, "--out", [data])
     if top <= 0:
         raise ConfigError(f"--top {top}: must be at least 1")
     model, shape, k = _model(target, registry)

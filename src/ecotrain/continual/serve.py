@@ -156,7 +156,7 @@ def predict(registry, version: str, data: str, out: str, cohort: Optional[str] =
     """CSV: index, prediction, [label], cohort given, version that served it, prob_0..prob_{K-1}."""
     from ecotrain.inference import _writable, _write
 
-    path = _writable(Path(out), "--out")
+    path = _writable(Path(out), "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -176,7 +176,7 @@ def evaluate(registry, version: str, data: str, out: Optional[str], cohort: Opti
     from ecotrain.inference import _writable, _write
 
     path = Path(out) if out else Path(data).with_suffix("").with_name(Path(data).stem + "-eval.json")
-    _writable(path, "--out")
+    _writable(path, "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
     if y is None:
         raise DataError(f"{data}: no 'y' array; eval needs labels (predict does not)")

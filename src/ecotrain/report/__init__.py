@@ -55,7 +55,7 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
     from ecotrain.report import page as P
     from ecotrain.report import plots
     from ecotrain.report.rundata import read_run
-    from ecotrain.rundir import atomic_write
+    from ecotrain.rundir import atomic_write, refuse_overwriting
 
     paths = [(g, p) for g, group in enumerate(groups) for p in group]
     if not paths:
@@ -83,6 +83,8 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
         for run, d in zip(runs, diagnoses):
             body += _run_sections(run, d, regions, heading=True)
         target = Path(out) if out else Path("report.html")
+    if out:
+        refuse_overwriting(target, "--out")
     html = P.page(title, subtitle, body)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, html.encode("utf-8"))
