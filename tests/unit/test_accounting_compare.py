@@ -3,10 +3,11 @@ seed or Welch), the boundary, counted vs measured figures, missing figures."""
 
 import json
 import math
+import re
 
 import pytest
 
-from ecotrain.accounting.compare import compare, split_runs
+from ecotrain.accounting.compare import compare, judge, split_runs
 from ecotrain.accounting.report import summary_line
 from ecotrain.cli import main
 from ecotrain.errors import ConfigError
@@ -159,3 +160,14 @@ def test_the_whole_report_reads_as_it_should(tmp_path):
     cand = [make_run(tmp_path / f"c{s}", a, 0.4, flops=1e9, seed=s) for s, a in ((1, 0.895), (2, 0.915), (3, 0.90))]
     assert judge(base, cand, by="co2e") == (GOLDEN_SEEDS, 'INCONCLUSIVE')
     assert judge(base[:1], cand[:1], by="cpu_seconds") == (GOLDEN_ONE, 'FAIL')
+
+
+@pytest.mark.parametrize("drop, cut, words", [
+    (float("nan"), 0.5, "--max-accuracy-drop nan: give a finite number"),
+    (0.01, float("nan"), "--min-cost-cut nan: give a fraction of the baseline's cost of at most 1"),
+    (0.01, 2.0, "--min-cost-cut 2.0"),
+])
+def test_thresholds_that_cannot_judge_are_refused(drop, cut, words):
+    """A NaN threshold failed every comparison: `compare` said FAIL (exit 1) of any two runs."""
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        judge(["never-read-a"], ["never-read-b"], drop, cut, "flops")

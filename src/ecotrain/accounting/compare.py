@@ -22,6 +22,7 @@ Overall: PASS when both pass, INCONCLUSIVE when neither fails but one is inconcl
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -104,6 +105,12 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
     """(the report, the verdict: PASS, FAIL or INCONCLUSIVE)."""
     if by not in BY:
         raise ConfigError(f"--by: one of {', '.join(BY)} (got {by!r})")
+    # a NaN threshold failed every comparison (a FAIL said of any runs), a cut above 1 asked for negative cost
+    if not math.isfinite(max_accuracy_drop):
+        raise ConfigError(f"--max-accuracy-drop {max_accuracy_drop}: give a finite number, e.g. 0.01")
+    if not (math.isfinite(min_cost_cut) and min_cost_cut <= 1):
+        raise ConfigError(f"--min-cost-cut {min_cost_cut}: give a fraction of the baseline's cost of at most 1, "
+                          "e.g. 0.5")
     names = {"baseline": list(baseline), "candidate": list(candidate)}
     sides = {k: [load_run(r) for r in v] for k, v in names.items()}
     for name, runs in sides.items():
