@@ -176,6 +176,11 @@ def test_resuming_a_finished_run_keeps_its_flops(tiny_cfg, tmp_path):
     assert b["segments"] == 2 and b["steps"] == 20
     for k in ("total", "train", "eval", "measured_step_flops", "per_train_sample", "method"):
         assert b["flops"][k] == a["flops"][k], k
+    fit(cfg, run_dir=tmp_path, resume=first.state.last_checkpoint)  # a third segment, from the re-saved step 20
+    c = ledger_of(tmp_path)
+    assert c["flops"]["total"] == a["flops"]["total"]
+    # it read "an earlier segment: an earlier segment: ledger.energy=off" after two resumes
+    assert c["energy"]["missing_reason"] == "an earlier segment: ledger.energy=off"
 
 
 def test_prices_and_grids():

@@ -35,6 +35,7 @@ from ecotrain.log import log
 
 SCHEMA = 1
 _CLOCK_EVERY = 8  # steps between clock reads for time and money budgets
+EARLIER = "an earlier segment: "  # energy.missing_reason of a resumed run whose earlier segment had no figure
 FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode on step {step} (forward + backward; matmul, conv and "
                 "attention ops), accounted per sample trained; evaluation: that step's forward per sample")
 
@@ -234,8 +235,9 @@ class Ledger(Callback):
             mine = {**energy, "host": socket.gethostname(), "gpu_ids": gpu_ids}
             energy = combine_ranks(state.dist.gather_objects(mine), self.cfg.tracking_mode)
             energy.pop("host", None), energy.pop("gpu_ids", None)
-        if self.prior["energy_missing"]:
-            energy.update(kwh=None, missing_reason=f"an earlier segment: {self.prior['energy_missing']}")
+        if self.prior["energy_missing"]:  # said once, however many segments it is carried through
+            reason = self.prior["energy_missing"].removeprefix(EARLIER)
+            energy.update(kwh=None, missing_reason=EARLIER + reason)
         elif energy["kwh"] is not None:
             energy["kwh"] += self.prior["energy_kwh"]
         self.result = self._build(state, spend, energy)  # the trainer writes it as ledger.json
