@@ -575,8 +575,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         source = str(p)
         if p.is_dir():
             raise ConfigError(f"{p}: is a folder; give a recipe file (YAML), e.g. recipes/mnist1d_cnn.yaml")
-        if not p.is_file():
-            raise ConfigError(f"{p}: recipe not found")
+        if not p.is_file():  # a device or a pipe (/dev/null) exists, but is no recipe to read
+            raise ConfigError(f"{p}: not a regular file; give a recipe file (YAML)" if p.exists()
+                              else f"{p}: recipe not found")
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:

@@ -148,3 +148,8 @@ def test_data_kwargs_for_a_source_that_reads_none_are_refused(name):
     with pytest.raises(ConfigError, match=rf"data.kwargs \['num_samples'\]: data.name={name} takes none"):
         load_config(None, [f"data.name={name}", "data.kwargs.num_samples=500"])
     load_config(None, ["data.name=mnist1d", "data.kwargs.seed=3"])  # mnist1d's generator takes them
+
+
+def test_a_recipe_that_is_a_device_is_not_said_to_be_missing():
+    with pytest.raises(ConfigError, match=r"^/dev/null: not a regular file; give a recipe file \(YAML\)$"):
+        load_config("/dev/null")

@@ -206,6 +206,8 @@ def _need_path(cfg: Config) -> Path:
     p = Path(cfg.data.path)
     if p.is_dir():
         raise DataError(f"data.path: {p} is a folder; give the .{cfg.data.name} file")
+    if p.exists() and not p.is_file():  # a device or a pipe (/dev/null)
+        raise DataError(f"data.path: {p} is not a regular file; give the .{cfg.data.name} file")
     if not p.is_file():
         # a run's config.yaml keeps the path as given: `resume`/`eval` from another folder look elsewhere
         where = "" if p.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
