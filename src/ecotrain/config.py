@@ -17,6 +17,8 @@ from ecotrain.errors import ConfigError
 from ecotrain.memplan import parse_bytes
 from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
 from ecotrain.config_carbon import CarbonConfig
+from ecotrain.config_run import (  # noqa: F401 (re-exported)
+    CheckpointConfig, DistributedConfig, FsdpConfig, PreemptionConfig)
 from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,
@@ -193,52 +195,6 @@ class DivergenceConfig(_Section):
     spike_factor: Optional[float] = Field(None, gt=1)  # a loss above this x its running mean diverges too
     max_rollbacks: int = Field(3, ge=0)  # rollback mode: stop after this many rollbacks
     rollback_lr_factor: float = Field(0.5, gt=0, le=1)  # each rollback multiplies the LR by this
-
-
-class CheckpointConfig(_Section):
-    every_n_steps: Optional[int] = Field(None, gt=0)
-    # by default a save at least every 10 minutes of training (null: off), never more than ~1% of the
-    # run's time: a killed run loses minutes, not the run
-    every_minutes: Optional[float] = Field(10.0, gt=0)
-    every_epoch: bool = False
-    on_best: bool = False  # save when the monitored validation metric improves
-    at_end: bool = True  # a final checkpoint, so the run can be extended later
-    keep_last: int = Field(2, ge=1)  # plus the best, when on_best
-    background: bool = False  # write in a thread; tensors are snapshot first
-
-
-class PreemptionConfig(_Section):
-    """How a spot machine's notice reaches the run (preemption.py): SIGTERM always; a file that appears
-    or an HTTP endpoint that answers (the cloud's metadata server) when set."""
-
-    grace_seconds: float = Field(25.0, gt=0)  # notice -> complete checkpoint must fit in this (warned when not)
-    notice_file: Optional[str] = None  # a path whose appearance is the notice (a SLURM/K8s preStop hook touches it)
-    notice_url: Optional[str] = None  # polled; a 200 answer other than "", "false", "none" is the notice
-    poll_seconds: float = Field(1.0, gt=0)  # how often notice_file / notice_url are checked (in a thread)
-
-    @field_validator("notice_url")
-    @classmethod
-    def _http(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError(f"{v!r} is not an http:// or https:// address (e.g. GCP's "
-                             "http://metadata.google.internal/computeMetadata/v1/instance/preempted)")
-        return v
-
-
-class FsdpConfig(_Section):
-    cpu_offload: bool = False  # parameters, gradients and optimizer state live on the CPU
-    reshard_after_forward: bool = True  # ZeRO-3; False keeps parameters gathered until backward (ZeRO-2-like)
-
-
-class DistributedConfig(_Section):
-    """Picked up from torchrun's environment; gloo on CPU, nccl on CUDA. data.batch_size is global."""
-
-    strategy: Literal["none", "ddp", "fsdp"] = "none"
-    fsdp: FsdpConfig = Field(default_factory=FsdpConfig)
-    timeout_seconds: float = Field(300, gt=0)  # a collective waiting longer than this fails with a clear error
-    # rank 0's own work (a synchronous checkpoint write, the final weights, files and trackers' upload) may take
-    # this long: the other ranks wait for it on a CPU barrier, never inside a collective of training
-    rank0_timeout_seconds: float = Field(3600, gt=0)
 
 
 class CallbackSpec(_Section):
