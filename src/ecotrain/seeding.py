@@ -16,8 +16,8 @@ seeding is for.
   every op ecotrain and torch run writes its outputs, and the resume tests compare runs bit for
   bit with it off;
 - `CUBLAS_WORKSPACE_CONFIG=":4096:8"` in `os.environ`, unless already set (deterministic cuBLAS
-  needs it; CUDA reads it when cuBLAS is first used, so set it yourself before any CUDA work when it
-  matters);
+  needs it; torch reads it when cuBLAS is first used, so set it yourself before any CUDA work when it
+  matters: CUDA already in use with the variable unset is warned about);
 
 and on exit, normal or by an exception, it restores every one of them to what it was on entry:
 the two deterministic flags, the fill flag, `cudnn.benchmark`, and the environment variable (removed again if it
@@ -41,6 +41,8 @@ from typing import Iterator
 
 import numpy as np
 import torch
+
+from ecotrain.log import log
 
 CUBLAS_WORKSPACE = ":4096:8"  # what deterministic cuBLAS needs (or ":16:8")
 
@@ -86,6 +88,10 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     inductor = sys.modules.get("torch._inductor.config")
     inductor_prev = getattr(inductor, "deterministic", None) if inductor is not None else None
+    if cublas is None and torch.cuda.is_initialized():  # torch reads the variable once, at its first cuBLAS handle
+        log.warning("deterministic: CUDA was in use before this run and CUBLAS_WORKSPACE_CONFIG was not set, so "
+                    "cuBLAS may already have its default workspace; set CUBLAS_WORKSPACE_CONFIG=:4096:8 before "
+                    "any CUDA work (e.g. in the shell) for a run that resumes bit for bit")
     try:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
         # an op with no deterministic kernel fails at the first step (nondeterministic_error says which

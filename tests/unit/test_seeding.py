@@ -91,3 +91,25 @@ def test_does_not_import_dynamo():
             "assert 'torch._dynamo' not in sys.modules and 'torch._inductor' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+def test_deterministic_warns_when_cuda_ran_before_cublas_workspace_was_set(monkeypatch, caplog):
+    # torch reads CUBLAS_WORKSPACE_CONFIG once, at its first cuBLAS handle: set at fit() after CUDA work
+    # (an API user's earlier matmul) it may come too late; a CUDA-only condition, so its one seam is patched
+    import logging
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with caplog.at_level(logging.WARNING, logger="ecotrain"), deterministic_algorithms(True):
+        pass
+    assert any("CUBLAS_WORKSPACE_CONFIG=:4096:8 before any CUDA work" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # set by the user: nothing to say
+    with caplog.at_level(logging.WARNING, logger="ecotrain"), deterministic_algorithms(True):
+        pass
+    assert not [r for r in caplog.records if "CUBLAS" in r.getMessage()]
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # no CUDA work yet: set in time
+    with caplog.at_level(logging.WARNING, logger="ecotrain"), deterministic_algorithms(True):
+        pass
+    assert not [r for r in caplog.records if "CUBLAS" in r.getMessage()]
