@@ -38,8 +38,9 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     return model
 
 
-# A built-in's keywords are all sizes: lists of them (with the fewest entries each needs), or one.
+# A built-in's size keywords: lists of sizes (with the fewest entries each needs), or one size.
 _SIZE_LISTS = {"hidden": 0, "widths": 1}
+_SIZES = {"channels", "d_model", "n_layers", "n_heads", "mlp_ratio"}
 
 
 def _check_sizes(name: str, kwargs: dict) -> None:
@@ -53,7 +54,9 @@ def _check_sizes(name: str, kwargs: dict) -> None:
                 raise ConfigError(f"model.kwargs.{key}: a list of layer sizes{' (at least one)' if fewest else ''} "
                                   f"for model {name}, e.g. [64, 64]; got {value!r}")
             values = list(value)
-        else:
+        elif key in _SIZES:
             values = [value]
+        else:  # not a size (a keyword the model does not take: its constructor's TypeError says so)
+            continue
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise ConfigError(f"model.kwargs.{key}: sizes of model {name} are whole numbers of 1 or more; got {value!r}")
