@@ -148,6 +148,14 @@ def side_by_side(steps: int, seed: int, hand: HandWritten, implementation: str =
     return pair.hand_seconds / pair.eco_seconds
 
 
+def same_kernel_ratio(steps: int = 3000, rounds: int = 3) -> float:
+    """`ratio_same_kernel` alone: the median over `rounds` of the loop's own cost (after a warm-up)."""
+    torch.set_num_threads(1)
+    side_by_side(200, 0, HandWritten(0))
+    return statistics.median(side_by_side(steps, r, HandWritten(r, foreach=False), "for-loop", ledger=False)
+                             for r in range(rounds))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3000)

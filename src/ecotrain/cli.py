@@ -436,8 +436,10 @@ def _main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as exc:  # the boundary: a bug, or the user's own code, failing mid-command
         what = (f"user code called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
                 else f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300])
-        where = [n for n in getattr(exc, "__notes__", []) if n.startswith("during training step")]
-        return _failed(args, f"{args.command} failed: {what}{_user_frame(exc)}{' ' + where[0] if where else ''}",
+        notes = getattr(exc, "__notes__", [])  # where: the step first, then the batch (data/loader.py)
+        where = " ".join([n for n in notes if n.startswith("during training step")] +
+                         [n for n in notes if n.startswith("on the batch")])
+        return _failed(args, f"{args.command} failed: {what}{_user_frame(exc)}{' ' + where if where else ''}",
                        EXIT_FAILURE, debug)
 
 

@@ -14,6 +14,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from ecotrain.assemble import Run, evaluate_split
+from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.device import combine_memory, memory_peaks
 from ecotrain.rundir import atomic_write, write_json
 from ecotrain.tracking import after_finish
@@ -159,6 +160,6 @@ def versions() -> dict:
 
 
 def _head(source, n: int):
-    from ecotrain.data import subset
-
+    if isinstance(source, LoaderSource):  # its length may be unknown (a stream, endless or not)
+        return source.head(n)
     return source if len(source) <= n else subset(source, torch.arange(n))

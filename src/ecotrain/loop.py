@@ -15,6 +15,7 @@ import torch
 from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
+from ecotrain.errors import EcotrainError
 from ecotrain.memory import is_oom, recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
 from ecotrain.task import unit_count, unit_counts
@@ -66,7 +67,8 @@ def train_step(state, batch, cbs) -> None:
             # (each layer of calls between torch ops costs ~1% of a small model's step on CPU)
             objective = state.objective
             task = objective.task
-            if objective.xy and type(batch) is tuple and len(batch) == 2:  # (x, y): model(x), no forward() layer
+            if objective.xy and type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor:
+                # (x, y): model(x), no forward() layer
                 loss = task.loss(model(batch[0]), batch)
             else:
                 loss = task.loss(task.forward(model, batch), batch)
@@ -128,7 +130,12 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
                     batch = (augment(batch[0]), *batch[1:])  # 1-D signals: (x, y) arrays only (config checks)
                 if on_device:
                     batch = to_device(batch, state.device)  # batch.py: any structure
-                train_step(state, batch, cbs)
+                try:
+                    train_step(state, batch, cbs)
+                except EcotrainError:
+                    raise
+                except Exception as exc:  # the model or the user's loss on this batch: name its shapes
+                    raise feed.failure(exc, batch) from None
                 state.step += 1
                 state.batch_in_epoch += 1
                 state.samples_seen += n

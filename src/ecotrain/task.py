@@ -19,7 +19,10 @@ accumulation exactly one big batch.
 Supervised batches: a tuple/list `(x, y)`, `(x1, x2, y)` or `(x, y, meta)` (the last tensor is
 the target unless `target` says which; the tensors before it are the model's positional inputs;
 anything else rides along), or a dict (the target under `target`, else "labels"/"label"/"y"/
-"target"; the other tensor entries are the model's keyword inputs). `ModelLossTask` is the
+"target"; the other tensor entries are the model's keyword inputs). Inputs nested one level,
+`((x1, x2), y)` or `({"a": .., "b": ..}, y)`, reach the model as `model(x1, x2)` and
+`model(a=.., b=..)`, as forward's signature expects (`call_model`: a forward of one required
+argument gets the tuple whole; a list of strings always goes whole). `ModelLossTask` is the
 Hugging Face shape: the model takes the whole dict and returns `outputs.loss`.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
@@ -68,6 +72,50 @@ def logits_of(outputs) -> torch.Tensor:
                       "(nor anything with .logits); return a tensor, or use task.name=model_loss")
 
 
+def _signature(model) -> tuple[int, Optional[int], frozenset, bool]:
+    """(required positional arguments, most positional (None: *args), keyword names, **kwargs) of
+    the model's forward; DDP and torch.compile wrappers looked through. Cached per class."""
+    inner = model
+    while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
+        inner = getattr(inner, "_orig_mod", None) or inner.module
+    key = type(inner)
+    if key not in _SIGNATURES:
+        try:
+            params = list(inspect.signature(inner.forward if isinstance(inner, torch.nn.Module) else inner)
+                          .parameters.values())
+        except (TypeError, ValueError):  # no signature to read: take inputs as they come
+            params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                      inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        _SIGNATURES[key] = (sum(p.default is p.empty for p in pos),
+                            None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(pos),
+                            frozenset(p.name for p in params if p.kind != p.VAR_POSITIONAL),
+                            any(p.kind == p.VAR_KEYWORD for p in params))
+    return _SIGNATURES[key]
+
+
+_SIGNATURES: dict = {}
+
+
+def call_model(model, inputs):
+    """The model on one nested input, as its forward expects: a dict as keywords when forward names
+    its keys (or takes **kwargs), else whole; a tuple/list of tensors spread as positional
+    arguments when forward takes that many (one required argument: whole); anything else whole."""
+    if isinstance(inputs, Mapping):
+        _, _, names, var_kw = _signature(model)
+        return model(**inputs) if var_kw or set(inputs) <= names else model(inputs)
+    if not (isinstance(inputs, (tuple, list)) and inputs and all(isinstance(v, torch.Tensor) for v in inputs)):
+        return model(inputs)  # a list of strings for a text model, say
+    required, most, _, _ = _signature(model)
+    if required == 1:
+        return model(inputs)
+    if required <= len(inputs) and (most is None or len(inputs) <= most):
+        return model(*inputs)
+    raise ConfigError(f"task: a batch's inputs are a {type(inputs).__name__} of {len(inputs)} tensors, but "
+                      f"{type(model).__name__}.forward takes {required} required positional arguments; write "
+                      f"each item as (x1, ..., y) or ((x1, ...), y) with one input per forward argument")
+
+
 class SupervisedTask:
     """Inputs and a target taken from the batch; subclasses say what the loss and metrics are."""
 
@@ -104,6 +152,8 @@ class SupervisedTask:
             return (), {k: v for k, v in batch.items() if k != key and isinstance(v, torch.Tensor)}
         if isinstance(batch, (tuple, list)):
             t = self._target_index(batch) % len(batch)
+            if t == 1 and isinstance(batch[0], (Mapping, tuple, list)):  # nested inputs: call_model's rule
+                return (batch[0],), None
             return tuple(v for v in batch[:t] if isinstance(v, torch.Tensor)), {}
         raise ConfigError(f"task: a supervised batch is a tuple (x, y) or a dict with a target, "
                           f"got {type(batch).__name__}")
@@ -116,9 +166,11 @@ class SupervisedTask:
         return batch[self._target_index(batch)]
 
     def forward(self, model, batch):
-        if self.xy and type(batch) is tuple and len(batch) == 2:  # (x, y): no inspection
-            return model(batch[0])
+        if self.xy and type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor:
+            return model(batch[0])  # (x, y): no inspection
         args, kwargs = self.inputs(batch)
+        if kwargs is None:  # one nested input
+            return call_model(model, args[0])
         return model(*args, **kwargs)
 
     def predictions(self, outputs):

@@ -201,7 +201,7 @@ def test_a_plain_dataloader_resumes_by_skipping_and_says_so(tmp_path, caplog):
                    resume=resume)
 
     whole = run(tmp_path / "whole")
-    with caplog.at_level("WARNING", logger="ecotrain"):
+    with caplog.at_level("INFO", logger="ecotrain"):
         resumed = run(tmp_path / "part", resume=None)  # a first run to take a checkpoint from
         again = run(tmp_path / "again", resume=tmp_path / "part" / "checkpoints" / "step-00000003")
     said = [r.getMessage() for r in caplog.records if "keeps no state" in r.getMessage()]

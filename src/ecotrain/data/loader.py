@@ -19,15 +19,16 @@ import time
 
 import torch
 
-from ecotrain.batch import MicroBatches, batch_size, tree_map
+from ecotrain.batch import MicroBatches, batch_size, describe as describe_batch, tree_map
 from ecotrain.data.builtin import describe
 from ecotrain.data import sources
-from ecotrain.data.sources import ArraySource, LoaderSource, item_seeds
+from ecotrain.data.sources import ArraySource, LoaderSource, MapSource, item_seeds
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
 
 WINDOW_BATCHES = 64  # batches per throughput window (progress bar, input-bound check)
 WARMUP_WINDOWS = 1  # the first window holds worker start-up and first reads: not judged
+WORKER_WORTH_SECONDS = 0.002  # a batch's read time below which a loader worker costs more than it saves
 
 
 def pins(setting, device) -> bool:
@@ -48,6 +49,9 @@ class Feed:
         self._carry = (0.0, 0, 0)  # the current window's wait, samples and batches so far
         self.warned = False
         self.warned_skip = False
+        self.last_items = None  # the sample indices of the batch in the step (errors name them)
+        if isinstance(source, LoaderSource) and not source.stateful and (why := sources.replay_warning(source.loader)):
+            log.warning(why)  # at the start, not after a resume that already went wrong
 
     def epoch(self, epoch: int, start: int):
         """`(samples, batch)` for batches `start, start+1, ...` of `epoch`."""
@@ -64,14 +68,20 @@ class Feed:
         try:
             for idx in self.sampler.batches(epoch, start):
                 t = clock()
-                if seeded:
-                    sources._item_key = key  # item_seeds() without a context manager's cost
-                    try:
+                self.last_items = idx
+                try:
+                    if seeded:
+                        sources._item_key = key  # item_seeds() without a context manager's cost
+                        try:
+                            batch = take(idx)
+                        finally:
+                            sources._item_key = None
+                    else:
                         batch = take(idx)
-                    finally:
-                        sources._item_key = None
-                else:
-                    batch = take(idx)
+                except EcotrainError:
+                    raise
+                except Exception as exc:  # the user's __getitem__ or the collation of its items
+                    raise self.failure(exc, None) from None
                 if self.pin:  # else the loop's non_blocking copy of pageable memory waits for the GPU
                     batch = tree_map(lambda t: t.pin_memory(), batch)
                 wait += clock() - t
@@ -107,6 +117,7 @@ class Feed:
                     raise DataError(f"data: a loader worker failed reading a batch of epoch {epoch}: "
                                     f"{_last_line(exc)}") from None
                 wait += clock() - t
+                self.last_items = idx
                 samples += len(idx)
                 count += 1
                 if count == WINDOW_BATCHES:
@@ -121,18 +132,19 @@ class Feed:
     def _from_loader(self, epoch: int, start: int):
         """A user's loader: `loop.accumulate` of its batches make one step (MicroBatches). A stateful
         loader resumes mid-epoch by its own state (restored from the checkpoint); another one is
-        re-read from the epoch's start, the trained batches skipped, which is exact only when its
-        order is a function of the epoch (said once)."""
+        re-read from the epoch's start with its generators rewound to that start (`begin_pass`), the
+        trained batches skipped: exact for torch's samplers (said once, as information)."""
         src, group, clock = self.source, self.state.config.loop.accumulate, time.perf_counter
         wait, samples, count = self._carry
-        self._iter = it = src.read(iter, src.loader)
+        it, by_state = src.begin_pass(start)
+        self._iter = it
         try:
-            if start and not src.resumed_by_state:
+            if start and not by_state:
                 if not self.warned_skip:
                     self.warned_skip = True
-                    log.warning(f"data: the DataLoader keeps no state (torchdata's StatefulDataLoader does), so "
-                                f"resume re-reads epoch {epoch} from its start and skips the {start} steps "
-                                "already trained; exact only if its order depends on nothing but the epoch")
+                    log.info(f"data: the DataLoader keeps no state, so resume re-reads epoch {epoch} from its "
+                             f"start, its generators set back to that epoch's start, and skips the {start} "
+                             "steps already trained")
                 for _ in range(start * group):
                     if src.read(next, it, None) is None:
                         return
@@ -165,6 +177,29 @@ class Feed:
             self._carry = (wait, samples, count)
             self._iter = None
 
+    def failure(self, exc: Exception, batch) -> Exception:
+        """What to raise when the step failed on `batch` (None: reading it failed): a DataError when items of a Dataset differ
+        in shape from item 0 (said with the items and shapes); else `exc` with a note naming the
+        batch's shapes and its items."""
+        items = None if self.last_items is None else [int(i) for i in self.last_items]
+        if isinstance(self.source, MapSource) and items:
+            try:
+                first = _item_shapes(self.source.ds[0])
+                odd = next(((i, sh) for i in items if (sh := _item_shapes(self.source.ds[i])) != first), None)
+            except Exception:  # re-reading failed too: the note below still names the batch
+                odd = None
+            if odd is not None:
+                what = "collating" if batch is None else "the model on"
+                return DataError(f"data: item {odd[0]} of the Dataset holds {odd[1]} where item 0 holds {first} "
+                                 f"({what} the batch holding it raised {type(exc).__name__}); make every "
+                                 "item the same shape, or give a DataLoader whose collate_fn pads them")
+        where = f"items {items[:8]}{' ...' if len(items) > 8 else ''} of the Dataset" if items else ""
+        if batch is None:
+            exc.add_note(f"on the batch of {where or 'the data'}, while reading it")
+        else:
+            exc.add_note(f"on the batch {describe_batch(batch)}{f' ({where})' if where else ''}")
+        return exc
+
     def _make_loader(self):
         cfg = self.cfg
         return torch.utils.data.DataLoader(
@@ -181,7 +216,10 @@ class Feed:
         share, rate = wait / secs, samples / secs
         self._windows += 1
         self.state.progress_fields["data"] = f"{rate:,.0f} samples/s, wait {share:.0%}"
-        if self._windows > WARMUP_WINDOWS and share > self.cfg.input_bound_share and not self.warned:
+        # the hint only where a worker could take the work over: reading a batch costs more than a
+        # worker's hand-over of it (an in-memory Dataset's cheap items would only slow down)
+        worth = wait / max(batches, 1) >= WORKER_WORTH_SECONDS
+        if self._windows > WARMUP_WINDOWS and share > self.cfg.input_bound_share and worth and not self.warned:
             self.warned = True
             log.warning(f"input-bound: the loop waited for data {share:.0%} of the last {batches} steps "
                         f"(data.input_bound_share {self.cfg.input_bound_share:.0%}); raise data.workers "
@@ -237,6 +275,11 @@ class _TakeBatch(torch.utils.data.Dataset):
 
     def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
         return self.__getitems__((0, [i]))
+
+
+def _item_shapes(item) -> str:
+    """An item's structure, dtypes and shapes (collated alone: arrays and numbers become tensors)."""
+    return describe_batch(torch.utils.data.default_collate([item])).replace("[1, ", "[").replace("[1]", "[]")
 
 
 def _identity(batch):

@@ -14,6 +14,7 @@ same in the training process and in any loader worker, whichever worker reads th
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from typing import Any, Optional, Protocol
 import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
+from torch.utils.data import sampler as torch_samplers
 
+from ecotrain.batch import batch_size as batch_size_of
 from ecotrain.errors import DataError
 from ecotrain.task import TARGET_KEYS
 
@@ -196,16 +199,51 @@ class LoaderSource:
     """A user's `DataLoader` (torchdata's `StatefulDataLoader` included), or one built around an
     `IterableDataset`: its batches are read in its own order, one pass per epoch. Resume is exact
     when the loader has `state_dict`/`load_state_dict` (the checkpoint holds it); otherwise the
-    epoch is re-read from its start and the trained batches skipped (data/loader.py says so once)."""
+    epoch is re-read from its start with every generator the loader draws from set back to its
+    state at that epoch's start, and the trained batches skipped (data/loader.py says so once).
+
+    The generators: torch's global one, swapped for the loader's own while it is read (`read`), and
+    any `torch.Generator` the user gave the loader or its sampler (`shuffle=True, generator=g`,
+    `RandomSampler(generator=g)`, `WeightedRandomSampler`, a `BatchSampler` around one)."""
 
     def __init__(self, loader, fingerprint: Optional[str] = None):
         self.loader, self.fingerprint = loader, fingerprint
         self.stateful = all(callable(getattr(loader, a, None)) for a in ("state_dict", "load_state_dict"))
         self.resumed_by_state = False  # a restored state: the next pass starts where the saved one stopped
         self.rng = torch.Generator().manual_seed(0).get_state()  # the loader's own torch RNG (`seed`)
+        self.limit: Optional[int] = None  # samples an evaluation reads at most (`head`)
+        self.user_generators = loader_generators(loader)
+        self.epoch_start = self._states()  # every generator as it was when the current pass began
 
     def seed(self, seed: int) -> None:
         self.rng = torch.Generator().manual_seed(seed + 7919).get_state()
+        self.epoch_start = self._states()
+
+    def _states(self) -> list:
+        return [self.rng.clone()] + [g.get_state() for g in self.user_generators]
+
+    def _set_states(self, states: list) -> None:
+        self.rng = states[0].clone()
+        for g, s in zip(self.user_generators, states[1:]):
+            g.set_state(s)
+
+    def begin_pass(self, start: int):
+        """`(iterator, by_state)` for an epoch read from batch `start`; by_state: the loader resumes
+        by its own state. A fresh pass (start 0) records every generator's state first; a pass
+        re-read from its start to skip `start` trained batches first rewinds them to that record,
+        so the re-read draws the interrupted epoch's order (not the next epoch's). A loader
+        resuming by its state draws its order from that state: what its `iter()` takes from the
+        global generator is given back, so the stream stays the uninterrupted run's."""
+        if start and self.resumed_by_state:
+            rng = self.rng.clone()
+            it = self.read(iter, self.loader)
+            self.rng = rng
+            return it, True
+        if start:
+            self._set_states(self.epoch_start)
+        else:
+            self.epoch_start = self._states()
+        return self.read(iter, self.loader), False
 
     def read(self, fn, *args):
         """`fn(*args)` (iter or next on the loader) with torch's global generator swapped for the
@@ -221,15 +259,29 @@ class LoaderSource:
             torch.set_rng_state(train)
 
     def state_dict(self) -> dict:
-        return {"loader": self.loader.state_dict() if self.stateful else None, "rng": self.rng.clone()}
+        return {"loader": self.loader.state_dict() if self.stateful else None, "rng": self.rng.clone(),
+                "generators": [g.get_state() for g in self.user_generators],
+                "epoch_start": [s.clone() for s in self.epoch_start]}
 
     def load_state_dict(self, sd: Optional[dict]) -> None:
         if not sd:
             return
-        self.rng = sd["rng"].clone()
+        now = [sd["rng"]] + list(sd.get("generators") or [])
+        if len(now) == 1 + len(self.user_generators):  # else another loader: its generators start afresh
+            self._set_states(now)
+        else:
+            self.rng = sd["rng"].clone()
+        # a checkpoint from before the record: the pass's start is unknown, the current state stands in
+        self.epoch_start = [s.clone() for s in sd.get("epoch_start") or self._states()]
         if sd.get("loader") is not None and self.stateful:
             self.loader.load_state_dict(sd["loader"])
             self.resumed_by_state = True
+
+    def head(self, n: int) -> "LoaderSource":
+        """The loader's first `n` samples (at least), for evaluation: an endless stream ends there."""
+        part = copy.copy(self)
+        part.limit = n
+        return part
 
     def batches_per_epoch(self) -> Optional[int]:
         try:
@@ -266,12 +318,42 @@ class LoaderSource:
             MapSource(ds).hash_into(h)  # a map-style dataset: its length and sampled items
 
 
+def loader_generators(loader) -> list:
+    """The distinct `torch.Generator`s a DataLoader's order draws from, besides the global one."""
+    found: list = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for obj in (loader, getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        g = getattr(obj, "generator", None)
+        if isinstance(g, torch.Generator) and not any(g is h for h in found):
+            found.append(g)
+    return found
+
+
+def replay_warning(loader) -> Optional[str]:
+    """Why a stateless loader's re-read of an interrupted epoch may not replay its order, or None:
+    a sampler that is not one of torch's (their order comes from the generators `LoaderSource` keeps)."""
+    if isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset):
+        return None
+    ts = torch_samplers
+    known = (ts.SequentialSampler, ts.RandomSampler, ts.SubsetRandomSampler, ts.WeightedRandomSampler,
+             ts.BatchSampler, torch.utils.data.DistributedSampler)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for obj in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        if obj is not None and not isinstance(obj, known):
+            return (f"data: the DataLoader's sampler {type(obj).__qualname__} is not one of torch's and has no "
+                    "state_dict, so a resume re-reads the interrupted epoch through it and is exact only if its "
+                    "order depends on nothing but the epoch; give it state_dict/load_state_dict or use "
+                    "torchdata's StatefulDataLoader")
+    return None
+
+
 def iter_batches(source, batch_size: int):
     """A split in order, as batches (evaluation): contiguous views of in-memory arrays, a user
     loader's own batches, else `take` over consecutive indices."""
     if isinstance(source, LoaderSource):
-        it = source.read(iter, source.loader)
-        while (batch := source.read(next, it, None)) is not None:
+        it, seen = source.read(iter, source.loader), 0
+        while (source.limit is None or seen < source.limit) and (batch := source.read(next, it, None)) is not None:
+            seen += batch_size_of(batch)
             yield batch
         return
     take_range = getattr(source, "take_range", None)
