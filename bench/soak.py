@@ -16,9 +16,13 @@ named in the recipe that reads its orders from a file, so the recipe, and the co
 checks, never changes: no `--allow-config-change`. Not part of `make test`. `--minutes` bounds the
 kill phase, which starts after the uninterrupted reference run; the run in hand then finishes.
 
-    python bench/soak.py [--minutes 5] [--steps 3000] [--every 5] [--seed 0]
-Ends with `RESULT cycles=<n> identical=<true|false> kills_in_save=<n> invalid_latest=<n> runs=<n> stale_tmp=<n>`
-(stale_tmp: temporary folders of killed saves still in checkpoints/ at the end of the runs).
+`--racers 2` starts two resumers together each cycle: one works, the other must say in one line that
+the folder is busy (exit 2), or find the run finished, or take the folder over once the first ended.
+
+    python bench/soak.py [--minutes 5] [--steps 3000] [--every 5] [--seed 0] [--racers 1]
+Ends with `RESULT cycles=<n> identical=<true|false> kills_in_save=<n> invalid_latest=<n> runs=<n> stale_tmp=<n>
+racers=<n> busy_refused=<n> lost=<n>` (stale_tmp: temporary folders of killed saves still in checkpoints/ at
+the end of the runs; lost: racers that failed otherwise, invalid newest checkpoints and failed cycles).
 """
 
 from __future__ import annotations
@@ -119,6 +123,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--racers", type=int, default=1, help="commands started together on the run folder each cycle")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="ecotrain-soak-"))
@@ -137,7 +142,7 @@ def main() -> None:
     print(f"reference: {args.steps} steps in {one_run:.1f}s", flush=True)
 
     deadline = time.perf_counter() + args.minutes * 60  # the kill phase; then the run in hand is finished
-    cycles = kills_in_save = invalid = runs = mismatched = failures = stale_tmp = 0
+    cycles = kills_in_save = invalid = runs = mismatched = failures = stale_tmp = refused = lost = 0
     kinds: dict[str, int] = {}
     while time.perf_counter() < deadline or runs == 0:
         background = runs % 2 == 1
@@ -150,13 +155,25 @@ def main() -> None:
             kind = "none" if last_call else rng.choice(["step", "step", "save", "save", "outside"])
             step = at + rng.randint(1, max(2, args.steps // 12))
             orders.write_text(json.dumps({"kind": kind if kind != "outside" else "none", "step": step}))
-            p = start(recipes[background], run)
+            procs = [start(recipes[background], run) for _ in range(args.racers)]  # started together
             if kind == "outside":
                 try:
-                    p.wait(timeout=rng.uniform(0.2, 0.8) * one_run)  # start-up, training or a save
+                    procs[0].wait(timeout=rng.uniform(0.2, 0.8) * one_run)  # start-up, training or a save
                 except subprocess.TimeoutExpired:
-                    p.send_signal(signal.SIGKILL)
-            err = p.communicate()[1]
+                    for q in procs:
+                        q.send_signal(signal.SIGKILL)
+            outcomes = [(q, q.communicate()[1]) for q in procs]
+            busy = [q for q, e in outcomes if q.returncode == 2 and "is writing this run folder" in e]
+            refused += len(busy)
+            others = [(q, e) for q, e in outcomes if q not in busy]
+            if not others:  # every racer found the folder busy: the holder had just ended; go again
+                continue
+            p, err = others[0]
+            for q, e in others[1:]:  # a second racer that got the folder after the first ended
+                if q.returncode not in (0, -signal.SIGKILL):
+                    lost += 1
+                    print(f"cycle {cycles}: a racer exited {q.returncode}: {e.strip().splitlines()[-1:]}",
+                          file=sys.stderr)
             if p.returncode == 0:
                 finished = True
                 continue
@@ -179,7 +196,8 @@ def main() -> None:
               f"final weights {'identical' if same else 'DIFFER'}", flush=True)
     print(f"kills by kind: {kinds}; {time.perf_counter() - t0:.0f}s; work folder {work}")
     print(f"RESULT cycles={cycles} identical={'true' if mismatched == 0 else 'false'} kills_in_save={kills_in_save} "
-          f"invalid_latest={invalid} runs={runs} stale_tmp={stale_tmp}")
+          f"invalid_latest={invalid} runs={runs} stale_tmp={stale_tmp} racers={args.racers} busy_refused={refused} "
+          f"lost={lost + invalid + failures}")
 
 
 if __name__ == "__main__":

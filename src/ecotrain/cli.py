@@ -163,28 +163,38 @@ def cmd_fit(args) -> int:
         from ecotrain.sweep import fit_seeds
 
         return fit_seeds(args, cfg.name, cmd_fit)
-    resume, overwrite = None, args.overwrite
-    if args.resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
-        from ecotrain.resume import auto
+    from ecotrain.rundir import hold
 
-        resume, overwrite = auto(args.run_dir, overwrite)
-    elif args.resume:
-        resume = Path(args.resume)
-    return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from, args.keep_optimizer,
-                overwrite)
+    with hold(args.run_dir):  # the decision below and the run: one command in the folder at a time
+        resume, overwrite = None, args.overwrite
+        if args.resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
+            from ecotrain.resume import auto
+
+            resume, overwrite = auto(args.run_dir, overwrite)
+        elif args.resume:
+            resume = Path(args.resume)
+        return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from,
+                    args.keep_optimizer, overwrite)
 
 
 def cmd_resume(args) -> int:
     from pathlib import Path
 
+    from ecotrain.rundir import hold
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
+    with hold(run_dir):  # which checkpoint, and the run from it: one command in the folder at a time
+        return _resume(args, run_dir)
+
+
+def _resume(args, run_dir) -> int:
     from ecotrain.checkpoint import latest_valid
     from ecotrain.checkpoint.manager import list_checkpoints
     from ecotrain.config import load_config
     from ecotrain.log import log
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
     ckpt = latest_valid(run_dir, log.warning)
     if ckpt is None:
         why = "no valid checkpoint (each was skipped above)" if list_checkpoints(run_dir) else "empty or missing"
@@ -202,6 +212,10 @@ def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=
     result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
                  init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite, preemption=_PREEMPTION)
     s = result.summary
+    if result.state is None:  # a finished run: nothing was trained or written
+        print(f"already finished: {s['stopped_because']} after {s['steps']} steps; run folder {result.run_dir} "
+              "kept as it is")
+        return 0
     dist = result.state.dist
     code = EXIT_PREEMPTED if s["stopped_because"] == "preempted" else EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
     if dist.world_size > 1:

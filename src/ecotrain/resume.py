@@ -92,6 +92,24 @@ def auto(run_dir, overwrite: bool = False) -> tuple[Path | None, bool]:
     return resume, overwrite or resume is None
 
 
+def finished(run_dir, checkpoint, config) -> dict | None:
+    """The run's summary when resuming `checkpoint` would train nothing: summary.json was written at
+    that checkpoint's step (not by a preempted stop) and the config's loop budget is the checkpoint's.
+    A finished run is then never rewritten by a resume (a restarted job, two resumers at once)."""
+    if checkpoint is None or not run_dir:
+        return None
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        meta = json.loads((Path(checkpoint) / "meta.json").read_text())
+        same_budget = with_defaults(meta["config"]).get("loop") == config.to_dict()["loop"]
+        at = summary["steps"] == meta["position"]["step"] and summary["stopped_because"] != "preempted"
+    except (OSError, ValueError, KeyError, TypeError):  # no summary yet, or one that is damaged: not finished
+        return None
+    if at and same_budget and (Path(run_dir) / "model.safetensors").is_file():
+        return summary
+    return None
+
+
 def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False, say: bool = True) -> Path:
     """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
     when it has none, or when the optimizer state is wanted too. `say`: tell the user which."""

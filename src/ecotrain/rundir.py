@@ -7,16 +7,19 @@ that fails before training leaves no folder behind (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.filelock import holder, open_lock, try_lock
 
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
@@ -110,12 +113,86 @@ def holds_run(path: Path) -> list[str]:
 LOCK = ".ecotrain.lock"  # held (flock) by the one process writing the folder; the kernel drops it at exit
 
 
+@dataclass
+class _Lease:
+    fd: int
+    count: int
+    created: bool  # the folder was made to hold the lock: removed again when nothing else was written
+
+
+_HELD: dict[str, _Lease] = {}  # this process's run-folder locks, by absolute path (re-entrant: CLI, then fit)
+
+
+def acquire(path: Path) -> _Lease:
+    """The run folder's one-writer lock, taken without waiting (one line when another process holds
+    it), re-entrant within this process. Made with the folder when the folder is missing."""
+    key = os.path.abspath(path)
+    lease = _HELD.get(key)
+    if lease is not None:
+        lease.count += 1
+        return lease
+    path = Path(path)
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    fd = open_lock(path / LOCK, "run folder")
+    if not try_lock(fd):
+        pid = holder(fd)
+        os.close(fd)
+        raise ConfigError(f"{path}: another ecotrain process (pid {pid}) is writing this run folder; "
+                          "wait for it to end, or choose another --run-dir")
+    lease = _HELD[key] = _Lease(fd, 1, created)
+    return lease
+
+
+def release(path: Path) -> None:
+    key = os.path.abspath(path)
+    lease = _HELD.get(key)
+    if lease is None:
+        return
+    lease.count -= 1
+    if lease.count:
+        return
+    del _HELD[key]
+    os.close(lease.fd)  # closing the descriptor drops the flock
+    if lease.created:  # a start that wrote nothing: leave no folder behind
+        try:
+            if [p.name for p in Path(path).iterdir()] == [LOCK]:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def made_by_lock(path: Path) -> bool:
+    """The folder did not exist before this process took its lock."""
+    lease = _HELD.get(os.path.abspath(path))
+    return lease is not None and lease.created
+
+
+@contextlib.contextmanager
+def hold(run_dir):
+    """The lock over a command's whole life in a run folder: from its first decision ("is it finished?
+    which checkpoint?") to its last rename. Nothing when `run_dir` is None (a fresh default folder) or
+    cannot be a folder (RunFolder.plan says why in one line)."""
+    path = Path(run_dir) if run_dir else None
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds it for the job
+        path = None
+    if path is None or (path.exists() and not path.is_dir()) or file_in_the_way(path) is not None \
+            or (path.is_symlink() and not path.exists()):
+        yield
+        return
+    acquire(path)
+    try:
+        yield
+    finally:
+        release(path)
+
+
 class RunFolder:
     def __init__(self, path: Path, existed: bool, replace: list[str], is_main: bool, fresh: bool = False):
         self.path, self.existed, self.replace, self.is_main = path, existed, replace, is_main
         self.fresh = fresh  # neither resuming nor --overwrite: the folder must still hold no run when accepted
         self.accepted = False
-        self._lock_fd: Optional[int] = None
+        self._locked = False
 
     @classmethod
     def plan(cls, run_dir, name: str, dist, resuming: bool, overwrite: bool) -> "RunFolder":
@@ -150,6 +227,7 @@ class RunFolder:
                 # a link goes, never what it points to: that may be the user's folder elsewhere
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
             self.path.mkdir(parents=True, exist_ok=True)
+            unshare_links(self.path)
             write_config(self.path, config_dict)
             if metrics_offset is not None:
                 truncate(self.path / "metrics.jsonl", metrics_offset)
@@ -158,17 +236,12 @@ class RunFolder:
     def _claim(self) -> None:
         """One writer per run folder: a second `fit`/`resume` on it while the first runs is refused
         (two processes appending to one metrics.jsonl and pruning each other's checkpoints lose work)."""
-        from ecotrain.filelock import holder, open_lock, try_lock
-
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = open_lock(self.path / LOCK, "run folder")
-        if not try_lock(fd):
-            pid = holder(fd)
-            os.close(fd)
+        try:
+            acquire(self.path)
+        except ConfigError:
             self.existed = True  # the other process's folder: never removed by this start's discard()
-            raise ConfigError(f"{self.path}: another ecotrain process (pid {pid}) is writing this run folder; "
-                              "wait for it to end, or choose another --run-dir")
-        self._lock_fd = fd
+            raise
+        self._locked = True
         found = holds_run(self.path) if self.fresh else []
         if found:  # another process made a run here after plan() looked
             self.release()
@@ -177,15 +250,34 @@ class RunFolder:
                               "started; choose a fresh --run-dir")
 
     def release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor drops the flock
-            self._lock_fd = None
+        if self._locked:
+            self._locked = False
+            release(self.path)
 
     def discard(self) -> None:
         """A start that failed before it was accepted: remove the folder if this start made it."""
+        made = not self.existed or made_by_lock(self.path)
         self.release()
-        if self.is_main and not self.existed and self.path.is_dir():
+        if not (self.is_main and made and self.path.is_dir()):
+            return
+        if os.path.abspath(self.path) not in _HELD:
             shutil.rmtree(self.path, ignore_errors=True)
+            return
+        for p in self.path.iterdir():  # the command still holds the lock: its release removes the folder
+            if p.name != LOCK:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+def unshare_links(folder: Path) -> None:
+    """A run file with other hard links (a user's backup of metrics.jsonl made with `ln`) is copied to a
+    file of its own, renamed over it, before anything appends to it: the user's copy never changes."""
+    for name in RUN_FILES:
+        p = folder / name
+        try:
+            if p.is_file() and not p.is_symlink() and p.stat().st_nlink > 1:
+                atomic_write(p, p.read_bytes())
+        except OSError:
+            continue  # said by the write that follows, if it fails too
 
 
 def truncate(path: Path, offset: int) -> None:

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from safetensors.torch import load_file
 from torch import nn
 
-from ecotrain import distributed, loop, threads
+from ecotrain import distributed, loop, rundir, threads
 from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
 from ecotrain.callbacks import Callback
+from ecotrain.checkpoint.state import load_model_weights
+from ecotrain.log import log
 from ecotrain.preemption import Preemption
 from ecotrain.rundir import write_json
 from ecotrain.config import Config
@@ -31,8 +34,8 @@ from ecotrain.state import TrainState
 class RunResult:
     run_dir: Path
     summary: dict
-    model: nn.Module
-    state: TrainState
+    model: Optional[nn.Module]  # None: a finished run resumed with no model given (nothing was built)
+    state: Optional[TrainState]  # None: a finished run resumed (nothing trained)
 
 
 def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
@@ -61,9 +64,28 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     restored on return; so is torch's thread count (`config.threads`, auto: the cores this process
     may use; threads.py). SIGTERM/SIGINT handlers are installed for the call (main thread only);
     the CLI passes its own `preemption`, installed before the slow imports."""
-    parts = UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer, scheduler)
-    if resume == "auto":  # the newest valid checkpoint in run_dir, or a fresh start (a restarted job)
-        resume, overwrite = resume_mod.auto(run_dir, overwrite)
+    with rundir.hold(run_dir):  # from the first decision to the last write: one command in the folder
+        if resume == "auto":  # the newest valid checkpoint in run_dir, or a fresh start (a restarted job)
+            resume, overwrite = resume_mod.auto(run_dir, overwrite)
+        done = resume_mod.finished(run_dir, resume, config)
+        if done is not None:
+            return _finished(Path(run_dir), done, model)
+        return _fit_options(config, UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer,
+                                              scheduler), run_dir, quiet, resume, allow_config_change, init_from,
+                            keep_optimizer, overwrite, preemption)
+
+
+def _finished(run_dir: Path, summary: dict, model: Optional[nn.Module]) -> RunResult:
+    """A resume of a finished run: nothing trained, nothing written; the user's model gets its weights."""
+    log.info(f"{run_dir}: the run finished at step {summary['steps']} ({summary['stopped_because']}); nothing "
+             "to resume, its files are kept as they are")
+    if model is not None:
+        load_model_weights(model, load_file(str(run_dir / "model.safetensors")), run_dir / "model.safetensors")
+    return RunResult(run_dir, summary, model, None)
+
+
+def _fit_options(config, parts, run_dir, quiet, resume, allow_config_change, init_from, keep_optimizer, overwrite,
+                 preemption) -> RunResult:
     opts = RunOptions(Path(run_dir) if run_dir else None, quiet, Path(resume) if resume else None,
                       allow_config_change, init_from, keep_optimizer, overwrite)
     preemption = preemption or Preemption()
