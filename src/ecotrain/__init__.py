@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ecotrain.version import __version__
 
 _LAZY = {  # public name -> the module that defines it
     "fit": "ecotrain.trainer",

@@ -35,6 +35,7 @@ from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
 from ecotrain.memory import configure_memory, oom_hint
 from ecotrain.memplan_measure import for_run as memory_plan_for_run
+from ecotrain.inference import load_trained
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
 from ecotrain.optim import build_optimizer, build_scheduler
@@ -101,7 +102,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                         "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")
     bundle = load_data(cfg) if parts.data is None else as_bundle(parts.data, fingerprint=cfg.data.fingerprint,
                                                                  batch_size=cfg.data.batch_size)
-    methods = build_methods(cfg, parts.methods)
+    methods = build_methods(cfg, parts.methods, load_trained)  # a teacher or reference run: rebuilt by inference
     task = make_task(cfg, parts, bundle)
     check_methods_fit(methods, task, bundle, started_from=opts.init_from or opts.resume)
     net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
@@ -319,29 +320,6 @@ def config_callbacks(cfg: Config) -> list[Callback]:
             raise ConfigError(f"callbacks: {spec.path} is not an ecotrain Callback")
         out.append(cb)
     return out
-
-
-def evaluate_split(state: TrainState, source, prefix: str, final: bool = False) -> dict:
-    """`loop.evaluate` on this rank's view of `source` (its shard under DDP), reduced across ranks.
-    During training it evaluates `methods.eval_model` (EMA's average); `final`: the model itself,
-    which `finish` has loaded with the final weights."""
-    from ecotrain import loop
-
-    model, src, reduce_with = state.dist.eval_view(state.model, source)
-    if state.methods and not final:
-        model = state.methods.eval_model(model)
-    return loop.evaluate(model, src, state.task, state.config.data.batch_size * 4, state.device, state.precision,
-                         prefix, reduce_with)
-
-
-def make_evaluate(bundle: DataBundle):
-    def evaluate_fn(state: TrainState) -> dict:
-        record = {"step": state.step, "epoch": state.epoch}
-        if bundle.val is not None:
-            record.update(evaluate_split(state, bundle.val, "val"))
-        state.last_eval = record
-        return record
-    return evaluate_fn
 
 
 # -- the user's data, as given to the Python API ------------------------------------------------

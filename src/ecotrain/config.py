@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ecotrain.errors import ConfigError
-from ecotrain.memplan import parse_bytes
+from ecotrain.units import parse_bytes
 from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
 from ecotrain.config_carbon import CarbonConfig
 from ecotrain.config_run import (  # noqa: F401 (re-exported)

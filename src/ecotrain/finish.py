@@ -13,11 +13,13 @@ import torch
 from safetensors.torch import save as st_save
 from torch import nn
 
-from ecotrain.assemble import Run, evaluate_split
+from ecotrain.assemble import Run
+from ecotrain.loop import evaluate_split
 from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.device import combine_memory, memory_peaks
 from ecotrain.rundir import atomic_write, write_json
 from ecotrain.tracking import after_finish
+from ecotrain.version import __version__
 
 
 @dataclass
@@ -154,9 +156,7 @@ def save_weights(path: Path, model_or_sd) -> None:
 
 
 def versions() -> dict:
-    import ecotrain
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "ecotrain": ecotrain.__version__}
+    return {"python": platform.python_version(), "torch": torch.__version__, "ecotrain": __version__}
 
 
 def _head(source, n: int):

@@ -234,3 +234,24 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
         else:  # torchmetrics and the like: computed (and synced) by the object itself
             record[f"{prefix}_{name}"] = scalar(m.compute())
     return record
+
+
+def evaluate_split(state, source, prefix: str, final: bool = False) -> dict:
+    """`loop.evaluate` on this rank's view of `source` (its shard under DDP), reduced across ranks.
+    During training it evaluates `methods.eval_model` (EMA's average); `final`: the model itself,
+    which `finish` has loaded with the final weights."""
+    model, src, reduce_with = state.dist.eval_view(state.model, source)
+    if state.methods and not final:
+        model = state.methods.eval_model(model)
+    return evaluate(model, src, state.task, state.config.data.batch_size * 4, state.device, state.precision,
+                         prefix, reduce_with)
+
+
+def make_evaluate(bundle):
+    def evaluate_fn(state) -> dict:
+        record = {"step": state.step, "epoch": state.epoch}
+        if bundle.val is not None:
+            record.update(evaluate_split(state, bundle.val, "val"))
+        state.last_eval = record
+        return record
+    return evaluate_fn

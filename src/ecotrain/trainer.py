@@ -14,7 +14,8 @@ from torch import nn
 
 from ecotrain import distributed, loop, rundir, threads
 from ecotrain import resume as resume_mod
-from ecotrain.assemble import RunOptions, UserParts, assemble, make_evaluate
+from ecotrain.assemble import RunOptions, UserParts, assemble
+from ecotrain.loop import make_evaluate
 from ecotrain.callbacks import Callback
 from ecotrain.checkpoint.state import load_model_weights
 from ecotrain.log import log

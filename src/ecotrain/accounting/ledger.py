@@ -46,6 +46,8 @@ def cpu_seconds() -> float:
 
 
 class Ledger(Callback):
+    keeps_state_on_rollback = True  # the cost is what the run really spent, rolled back or not
+
     def __init__(self, cfg, budget, eval_samples: int = 0, contention: Optional[ContentionWatch] = None):
         self.cfg, self.eval_samples, self.contention = cfg, eval_samples, contention
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}

@@ -12,7 +12,7 @@ A callback asks for changes through TrainState flags (`state.stop(...)`, `state.
 from __future__ import annotations
 
 HOOKS = ("on_fit_start", "on_epoch_start", "on_step_start", "on_after_backward", "on_step_end",
-         "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_exception")
+         "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_exception", "on_rollback")
 
 
 class Callback:
@@ -21,6 +21,9 @@ class Callback:
     its class run together."""
 
     state_key: str | None = None
+    # a rollback (divergence guard) restores every callback's state from the checkpoint, except one that
+    # measures the run as it really went (the ledger's cost, the guard's own count): those set this
+    keeps_state_on_rollback: bool = False
 
     def on_fit_start(self, state): ...
     def on_epoch_start(self, state): ...
@@ -32,6 +35,7 @@ class Callback:
     def on_epoch_end(self, state): ...
     def on_fit_end(self, state): ...
     def on_exception(self, state, exc: BaseException): ...
+    def on_rollback(self, state): ...  # the run was rolled back to an earlier checkpoint (state restored)
 
     def state_dict(self) -> dict:
         return {}

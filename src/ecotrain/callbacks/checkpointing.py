@@ -94,6 +94,9 @@ class Checkpointer(Callback):
         if self.cfg.every_epoch:
             self.save(state)
 
+    def on_rollback(self, state):
+        self.last_saved_step = -1  # a run killed right after it resumes as the uninterrupted one goes on
+
     def on_fit_end(self, state):
         if state.stopped_because != "preempted" and self.cfg.at_end:
             self.save(state)

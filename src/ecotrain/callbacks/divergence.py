@@ -44,6 +44,8 @@ SPIKE_DECAY = 0.9  # the running mean a spike is measured against (an EMA of the
 
 
 class DivergenceGuard(Callback):
+    keeps_state_on_rollback = True  # its count of rollbacks is what stops a run that keeps diverging
+
     def __init__(self, action: str = "stop", max_skips: int = 10, check_every: int = 1, *, check_grads: bool = False,
                  spike_factor: Optional[float] = None, max_rollbacks: int = 3, rollback_lr_factor: float = 0.5,
                  rollback: Optional[Callable] = None):
@@ -184,8 +186,6 @@ def roll_back(state, cbs: CallbackList, augment, manager) -> Optional[tuple[Path
     """Restore the newest checkpoint whose tensors are all finite into the live run, as a resume
     would (checkpoint.state.restore); newer checkpoints holding non-finite tensors are removed (a
     later `--resume auto` must not pick them). Returns (its folder, the restored state) or None."""
-    from ecotrain.accounting import Ledger
-    from ecotrain.callbacks.checkpointing import Checkpointer
     from ecotrain.checkpoint.format import read_checkpoint
     from ecotrain.checkpoint.manager import list_checkpoints
     from ecotrain.checkpoint.state import restore
@@ -202,14 +202,12 @@ def roll_back(state, cbs: CallbackList, augment, manager) -> Optional[tuple[Path
             shutil.rmtree(folder, ignore_errors=True)
             continue
         # what measures the run as it really went stays live: time, the ledger, the counters, the guard
-        live = CallbackList([cb for cb in cbs.callbacks if not isinstance(cb, (DivergenceGuard, Ledger))])
+        live = CallbackList([cb for cb in cbs.callbacks if not cb.keeps_state_on_rollback])
         counters, seconds = state.counters.state_dict(), state.train_seconds
         whole = restore(state, live, augment, tensors, meta, folder)
         state.counters.load_state_dict(counters)
         state.train_seconds = seconds
-        for cb in cbs.callbacks:  # save the restored step again, with the rollback's LR and count: a run
-            if isinstance(cb, Checkpointer):  # killed right after it resumes as the uninterrupted one goes on
-                cb.last_saved_step = -1
+        cbs.on_rollback(state)  # the checkpointer saves the restored step again (with the rollback's LR and count)
         return folder, whole
     return None
 class GradCheck:

@@ -28,7 +28,9 @@ import torch
 from torch import nn
 
 from ecotrain.continual.gate import predict_proba
+from ecotrain.continual.incoming import checked_cohort, checked_labels, checked_x, load_npz
 from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
+from ecotrain.continual.versions import load_version_model
 from ecotrain.errors import ConfigError, DataError
 
 ROUTER_FILE = "router.safetensors"
@@ -73,7 +75,6 @@ class Deployment:
              min_confidence: float = MIN_CONFIDENCE, seed: int = 0) -> "Deployment":
         """The deployment as the registry serves it; `candidate` = (cohort, model, router inputs) puts a
         model not yet registered in its cohort's place (the gate's "after")."""
-        from ecotrain.continual.update import load_version_model
 
         idx = reg.existing_index()
         base = reg.resolve(version)
@@ -129,7 +130,6 @@ class Deployment:
 def read_requests(path: Path, meta: dict, cohort: Optional[str]):
     """(x, y or None, per-row cohorts or None) of an .npz: `x` (the version's input shape), optional `y`
     and integer `cohort`, checked as `update` checks NEW_DATA; `--cohort` overrides the column."""
-    from ecotrain.continual.update import checked_cohort, checked_labels, checked_x, load_npz
 
     arrays = load_npz(path, "give an .npz with x (and optionally y and an integer cohort per row)")
     if "x" not in arrays:

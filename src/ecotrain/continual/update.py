@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -30,15 +29,17 @@ import torch
 
 from ecotrain.continual.drift import DriftThresholds, drift_report
 from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
-from ecotrain.continual.labels import contradicted, contradictions, load_label_map, normalise
-from ecotrain.continual.registry import Registry, Slice, file_hash
+from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
+                                        read_incoming, recent_split)
+from ecotrain.continual.labels import contradicted, contradictions, load_label_map
+from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
+from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
+from ecotrain.continual.versions import LOAD_ONLY_SKIP, build_bare, lineage, load_version_model  # noqa: F401
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.log import log
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
-LOAD_ONLY_SKIP = ("replay", "ewc", "lwf", "adapters")  # training-time methods: not rebuilt to load a model
-RECENT_FRACTION = 0.2
 
 
 @dataclass
@@ -64,132 +65,9 @@ class Outcome:
 
 
 # -- incoming data ----------------------------------------------------------------------------------
-def load_npz(path: Path, what: str) -> dict:
-    """Every array of an .npz file, read without unpickling; one line for anything else."""
-    if path.suffix != ".npz" or not path.is_file():
-        raise DataError(f"{path}: not found or not an .npz file; {what}")
-    if not zipfile.is_zipfile(path):
-        raise DataError(f"{path}: not an .npz archive; save it with np.savez(path, x=..., y=...)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise DataError(f"{path}: holds Python objects (dtype=object), which ecotrain never unpickles; "
-                            "save numeric or string arrays") from None
-        raise DataError(f"{path}: cannot read as .npz ({exc})") from None
-    except Exception as exc:
-        raise DataError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
-
-
-def checked_x(arrays: dict, key: str, input_shape: tuple, path: Path) -> torch.Tensor:
-    """An .npz's inputs: numbers, the model's sample shape, finite; float32."""
-    x = arrays[key]
-    if x.dtype.kind not in "biuf":
-        raise DataError(f"{path}: '{key}' must be numbers, got dtype {x.dtype}")
-    x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    if tuple(x.shape[1:]) != tuple(input_shape):
-        raise DataError(f"{path}: '{key}' has samples of shape {tuple(x.shape[1:])}, the base model takes "
-                        f"{tuple(input_shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise DataError(f"{path}: '{key}' holds NaN/Inf; clean or impute it")
-    return x
-
-
-def checked_labels(arrays: dict, key: str, rows: int, label_map: Optional[dict], num_classes: int, path: Path,
-                   xk: str = "x") -> torch.Tensor:
-    """An .npz's labels (normalised: labels.py): one per row, each a class of the model."""
-    y = normalise(arrays[key], label_map, f"{path} '{key}'")
-    if len(y) != rows:
-        raise DataError(f"{path}: '{xk}' has {rows} rows but '{key}' {len(y)}")
-    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise DataError(f"{path}: '{key}' holds class {int(y.max()) if int(y.min()) >= 0 else int(y.min())}; "
-                        f"the base model has {num_classes} classes (0 to {num_classes - 1})")
-    return y
-
-
-def checked_cohort(arrays: dict, key: str, rows: int, path: Path, xk: str = "x") -> Optional[torch.Tensor]:
-    """An .npz's optional cohort column: one integer key per row, or None."""
-    c = arrays.get(key)
-    if c is None:
-        return None
-    if c.dtype.kind not in "iu" or c.shape != (rows,):
-        raise DataError(f"{path}: '{key}' must be one integer cohort key per row of '{xk}'")
-    return torch.from_numpy(c.astype(np.int64))
-
-
-def read_incoming(path: Path, label_map: Optional[dict], input_shape: tuple, num_classes: int):
-    """(x, y, cohort, test) with test = (x_test, y_test, cohort_test) or None; every check one line."""
-    arrays = load_npz(path, "NEW_DATA is an .npz with x and y (and optionally x_test, y_test, cohort)")
-    for key in ("x", "y"):
-        if key not in arrays:
-            raise DataError(f"{path}: missing array '{key}' (found {sorted(arrays)})")
-
-    def part(xk, yk, ck):
-        x = checked_x(arrays, xk, input_shape, path)
-        return x, checked_labels(arrays, yk, len(x), label_map, num_classes, path, xk), \
-            checked_cohort(arrays, ck, len(x), path, xk)
-
-    x, y, c = part("x", "y", "cohort")
-    if len(x) == 0:
-        raise DataError(f"{path}: no samples in 'x'")
-    test = part("x_test", "y_test", "cohort_test") if "x_test" in arrays and "y_test" in arrays else None
-    return x, y, c, test
-
-
-def recent_split(x, y, c, test, seed: int):
-    """(train x, y, cohort) and the recent slice's (x, y, cohort)."""
-    if test is not None:
-        return (x, y, c), test
-    from ecotrain.data.split import stratified_split
-
-    keep, held = stratified_split(y, RECENT_FRACTION, seed)
-    if len(held) == 0 or len(keep) == 0:
-        raise DataError(f"the incoming data has too few samples ({len(y)}) to hold out a recent slice; "
-                        "add x_test/y_test or send more data")
-    pick = (lambda t, i: t[i] if t is not None else None)
-    return (x[keep], y[keep], pick(c, keep)), (x[held], y[held], pick(c, held))
 
 
 # -- models of versions -----------------------------------------------------------------------------
-def build_bare(meta: dict):
-    """The version's model architecture (its structural methods applied, not the training-time ones)."""
-    from ecotrain.config import build_config
-    from ecotrain.methods import build_methods
-    from ecotrain.models import build_model
-
-    tree = dict(meta["config"])
-    tree["methods"] = [m for m in tree.get("methods", []) if m.get("name") not in LOAD_ONLY_SKIP]
-    cfg = build_config(tree, "version config")
-    model = build_model(cfg.model, tuple(meta["input_shape"]), meta["num_classes"])
-    methods = build_methods(cfg)
-    return methods.transform(model) if methods.transforms else model
-
-
-def load_version_model(reg: Registry, name: str, merged: bool = True):
-    """A version's model in eval mode: full weights, or its base's model plus its adapter."""
-    from ecotrain.checkpoint.state import load_model_weights
-
-    meta = reg.read_meta(name)
-    if meta.get("weights") == "adapter":
-        from ecotrain.methods.adapters import load_adapter, merge
-
-        model = load_adapter(load_version_model(reg, meta["parent"]), reg.path(name) / "adapter")
-        return (merge(model) if merged else model).eval()
-    model = build_bare(meta)
-    load_model_weights(model, reg.weights(name), f"{reg.path(name)}")
-    return model.eval()
-
-
-def lineage(reg: Registry, name: str) -> list[dict]:
-    """The metas of `name` and its ancestors, newest first."""
-    out, seen = [], set()
-    while name and name not in seen:
-        seen.add(name)
-        meta = reg.read_meta(name)
-        out.append(meta)
-        name = meta.get("parent")
-    return out
 
 
 # -- the update -------------------------------------------------------------------------------------
@@ -340,7 +218,6 @@ def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
 def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
                        drift, label_report, y_train, summary, x_train=None, averaged=None) -> Outcome:
     from ecotrain.checkpoint.format import load_state_dict_file
-    from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
 
     slices = [*holdout, recent]
     if opts.cohort is None:
@@ -437,7 +314,6 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
             "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
             "metrics": {**metrics, "gate": {"promote": True, "reason": f"registered from run {run}"}}}
     files = {"export.safetensors": run / "export.safetensors"} if (run / "export.safetensors").is_file() else {}
-    from ecotrain.continual.serve import ROUTER_FILE, write_router_sample
 
     g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))  # the router's examples of the base
     tx, _ = bundle.train.take(torch.randperm(len(bundle.train), generator=g)[:4096].sort().values)

@@ -32,9 +32,9 @@ def _dedup(m, run):
     return Dedup(m)
 
 
-def _curriculum(m, run):
+def _curriculum(m, run, load_trained=None):
     from ecotrain.methods.curriculum import Curriculum
-    return Curriculum(m)
+    return Curriculum(m, load_trained)
 
 
 def _selective(m, run):
@@ -62,9 +62,9 @@ def _stability(m, run):
     return StabilityStop(m)
 
 
-def _distill(m, run):
+def _distill(m, run, load_trained=None):
     from ecotrain.methods.distill import Distill
-    return Distill(m, run)  # refuses cache with augmentation or loader workers
+    return Distill(m, run, load_trained)  # refuses cache with augmentation or loader workers
 
 
 def _prune(m, run):
@@ -128,9 +128,15 @@ def _user_method(m: UserMethodConfig, where: str) -> Method:
     return method
 
 
-def build_methods(cfg, extra=()) -> Methods:
-    """The config's methods (in order), then any passed by the Python API."""
-    built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig) else BUILDERS[m.name](m, cfg)
+NEEDS_TRAINED = ("curriculum", "distill")  # builders that take `load_trained` (a reference or teacher run)
+
+
+def build_methods(cfg, extra=(), load_trained=None) -> Methods:
+    """The config's methods (in order), then any passed by the Python API. `load_trained(path, device)`
+    rebuilds a trained run's model (inference.load_trained), handed in by whoever builds a run: the
+    methods package sits below the code that rebuilds models with methods, so it does not import it."""
+    built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig)
+             else BUILDERS[m.name](m, cfg, load_trained) if m.name in NEEDS_TRAINED else BUILDERS[m.name](m, cfg)
              for i, m in enumerate(cfg.methods)]
     return Methods([*built, *extra])
 

@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from ecotrain.assemble import evaluate_split
+from ecotrain.loop import evaluate_split
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method

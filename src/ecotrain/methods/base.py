@@ -11,7 +11,7 @@ Every hook is optional; each is called from one visible line:
 | `loss_terms(batch, outputs, state) -> {name: tensor}` | `objective.Objective` | every micro-batch; each term a mean over the micro-batch's units, like the task loss; a `task_weight` attribute scales the task loss |
 | `data(source, sampler) -> (source, sampler)` | `assemble.make_sampler` | mixing, ordering, selection; the order must stay a function of (seed, epoch) |
 | `train_mode(model)` | `loop.set_train_mode` | after every `model.train()` (a BatchNorm freeze survives it) |
-| `eval_model(model) -> model` | `assemble.evaluate_split` | the module whose weights are evaluated, kept as best and saved (EMA: the average) |
+| `eval_model(model) -> model` | `loop.evaluate_split` | the module whose weights are evaluated, kept as best and saved (EMA: the average) |
 | `finalize(model, data)` | `finish.finish` | once, before the test and the saved weights (precise BN, pruning made permanent) |
 | `export(model) -> {name: tensor} or None` | `finish.finish` | tensors for export.safetensors beside the full weights (replay's buffer, EWC's Fisher, QAT's int8 weights) |
 | `state_dict()` / `load_state_dict(sd)` | the checkpoint | keyed by the method's stable `key`, never by list position |

@@ -73,8 +73,9 @@ class CurriculumSampler:
 
 class Curriculum(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg):
+    def __init__(self, cfg, load_trained=None):
         self.key, self.cfg, self.epochs, self.window = "curriculum", cfg, cfg.epochs, cfg.window
+        self.load_trained = load_trained  # methods.build_methods: rebuilds the reference run's model
         self.scores: torch.Tensor | None = None
         self.source = None
         self.report: dict = {"score": cfg.score, "epochs": cfg.epochs}
@@ -110,10 +111,12 @@ class Curriculum(Method):
 
     def _score_with_reference(self, state) -> torch.Tensor:
         from ecotrain.accounting.flops import count_flops
-        from ecotrain.inference import load_trained
         from ecotrain.methods.selective import per_sample_loss
 
-        ref = load_trained(self.cfg.reference, state.device.type)
+        if self.load_trained is None:
+            raise ConfigError("methods.curriculum: score by a reference run needs the run's model loader; build "
+                              "the methods with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")
+        ref = self.load_trained(self.cfg.reference, state.device.type)
         out: list[torch.Tensor] = []
 
         def forward_all():

@@ -84,8 +84,9 @@ def teacher_cost(path: Path) -> dict:
 
 class Distill(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, load_trained=None):
         self.key = "distill"
+        self.load_trained = load_trained  # methods.build_methods: rebuilds a teacher run's model
         self.cfg, self.alpha, self.temperature = cfg, cfg.alpha, cfg.temperature
         self.task_weight = 1.0 - cfg.alpha  # the Objective weights the task loss by this
         aug = run.data.augment
@@ -138,9 +139,10 @@ class Distill(Method):
         if path.is_dir():
             if tm is not None:
                 raise ConfigError(f"{where}: a folder says its own model (its config); drop methods.distill.teacher_model")
-            from ecotrain.inference import load_trained
-
-            teacher = load_trained(path, "cpu").model
+            if self.load_trained is None:
+                raise ConfigError(f"{where}: a teacher run folder needs the run's model loader; build the methods "
+                                  "with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")
+            teacher = self.load_trained(path, "cpu").model
             self.facts.update(teacher_cost(path))
         else:
             if tm is None:

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ecotrain.version import __version__
+
 DEFAULT_REGIONS = ("SE", "FR", "GB", "DE", "US", "CN", "IN", "PL", "AU")
 
 
@@ -51,7 +53,6 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
                  max_accuracy_drop: float = 0.01, min_cost_cut: float = 0.5) -> Path:
     """Write the report of `groups` (each a list of run folders) and return its path. Default path:
     RUN/report.html for one run, ./report.html for several."""
-    import ecotrain
     from ecotrain.report import page as P
     from ecotrain.report import plots
     from ecotrain.report.rundata import read_run
@@ -70,11 +71,11 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
         run = runs[0]
         title = f"ecotrain report: {run.name}"
         body = _run_sections(run, diagnoses[0], regions, heading=False)
-        subtitle = f"run folder {run.path} | written {stamp} by ecotrain {ecotrain.__version__}"
+        subtitle = f"run folder {run.path} | written {stamp} by ecotrain {__version__}"
         target = Path(out) if out else run.path / "report.html"
     else:
         title = f"ecotrain report: {len(runs)} runs"
-        subtitle = (f"{', '.join(str(r.path) for r in runs)} | written {stamp} by ecotrain {ecotrain.__version__}")
+        subtitle = (f"{', '.join(str(r.path) for r in runs)} | written {stamp} by ecotrain {__version__}")
         body = ['<section id="comparison"><h2>Comparison</h2>' + P.comparison_table(runs, group_of, diagnoses)
                 + "</section>"]
         body.append(_verdicts(groups, by, metric, max_accuracy_drop, min_cost_cut))

@@ -14,21 +14,15 @@ written summary.json, ledger.json and environment.json, through `run_finished(ru
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 from ecotrain.callbacks.base import Callback
 from ecotrain.errors import ConfigError
+from ecotrain.tracking.base import Tracker, flatten, numeric  # noqa: F401  (the trackers' shared parts)
 
 EXTRAS = {  # tracker -> (module that must be importable, what it is, the extra to install)
     "mlflow": ("mlflow", "MLflow", "pip install 'ecotrain[mlflow]'"),
     "tensorboard": ("tensorboard", "TensorBoard", "pip install 'ecotrain[tensorboard]'"),
 }
-
-
-class Tracker(Callback):
-    """A tracker callback: the hooks, plus `run_finished` once the run folder's results are written."""
-
-    def run_finished(self, run_dir: Path, summary: dict) -> None: ...
 
 
 def require(name: str) -> None:
@@ -70,27 +64,3 @@ def after_finish(run, summary: dict) -> None:
     for cb in run.cbs.callbacks:
         if isinstance(cb, Tracker):
             cb.run_finished(run.folder.path, summary)
-
-
-def flatten(tree, prefix: str = "") -> dict:
-    """{"optim": {"lr": 1e-3}} -> {"optim.lr": 1e-3}; lists and None as their JSON text."""
-    import json
-
-    out: dict = {}
-    for k, v in (tree or {}).items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "."))
-        elif isinstance(v, (int, float, str, bool)):
-            out[key] = v
-        else:
-            out[key] = json.dumps(v)
-    return out
-
-
-def numeric(record: dict) -> dict:
-    """The finite numbers of a metrics record, `step` and `epoch` excepted."""
-    import math
-
-    return {k: float(v) for k, v in record.items() if k not in ("step", "epoch") and isinstance(v, (int, float))
-            and not isinstance(v, bool) and math.isfinite(v)}

@@ -28,7 +28,7 @@ from typing import Optional
 
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
-from ecotrain.tracking import Tracker, flatten, numeric
+from ecotrain.tracking.base import Tracker, flatten, numeric
 
 BATCH = 1000  # MLflow's log_batch limit (metrics); params and tags: 100
 FLUSH_EVERY = 500  # buffered metric points

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ecotrain.tracking import Tracker, numeric
+from ecotrain.tracking.base import Tracker, numeric
 
 COST = ("flops", "energy_kwh", "co2e_g")
 

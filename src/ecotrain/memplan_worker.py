@@ -1,0 +1,83 @@
+"""The measuring process of the memory planner (memplan_measure.run_job starts it): a few real steps
+of a candidate plan through `fit()` itself, printing the peak and step time as one JSON line.
+
+    python -m ecotrain.memplan_worker FOLDER        (FOLDER/job.json: the job)
+
+A program on top of the trainer, so the planner itself (memplan_measure) never imports `fit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ecotrain.callbacks import Callback
+from ecotrain.config import Config
+from ecotrain.device import host_peak_rss, memory_peaks
+from ecotrain.errors import EcotrainError
+from ecotrain.memplan_measure import _rss_now, estimates
+from ecotrain.plan import _optim_states
+from ecotrain.trainer import fit
+
+
+def worker(folder: Path) -> None:
+    job = json.loads((folder / "job.json").read_text())
+    cfg = Config.model_validate(job["config"])
+    steps = cfg.loop.max_steps
+
+    class Meter(Callback):
+        def __init__(self):
+            self.times, self.cpu, self.t0, self.c0 = [], [], 0.0, 0.0
+
+        def on_fit_start(self, state):
+            if job["micro_batches"] != cfg.loop.accumulate:
+                state.counters.micro_batches = job["micro_batches"]  # exact accumulation (loop.py)
+            trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
+            self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
+            if state.device.type == "cuda":
+                gpu = memory_peaks(state.device)  # said before a step can fail
+                print(json.dumps({"worker_device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
+                torch.cuda.reset_peak_memory_stats(state.device)
+                self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
+            else:
+                self.start, self.start_peak = _rss_now(), host_peak_rss()
+
+        def on_step_start(self, state):
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, state):
+            self.times.append(time.perf_counter() - self.t0)
+            self.cpu.append(time.process_time() - self.c0)
+            if state.step < steps:
+                return
+            cuda = state.device.type == "cuda"
+            peaks = memory_peaks(state.device)  # the same figures as the run's ledger
+            peak = peaks["gpu_peak_allocated_bytes"] if cuda else peaks["host_peak_rss_bytes"]
+            fastest = min(range(1, len(self.times)), key=self.times.__getitem__)
+            out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
+                   "cpu_seconds": None if cuda else min(self.cpu[1:]), "device_type": state.device.type,
+                   "reserved_bytes": peaks["gpu_peak_reserved_bytes"],
+                   "micro_batches": state.counters.micro_batches or cfg.loop.accumulate,
+                   "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
+                   "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
+            if job["estimate"] and peak > job["usable"]:  # after the peak is read: its forwards are not measured
+                out["activations"], out["n_blocks"] = estimates(Config.model_validate(job["estimate"]))
+            print(json.dumps(out), flush=True)
+            os._exit(0)  # the plan's training steps are what is measured; no final evaluation
+
+    fit(cfg, callbacks=[Meter()], run_dir=folder / "run", quiet=True)
+    raise SystemExit(f"the run stopped before step {steps} (loop.max_epochs ended it: set loop.max_epochs=null "
+                     "for the measurement)")
+
+
+if __name__ == "__main__":
+    try:
+        worker(Path(sys.argv[1]))
+    except EcotrainError as exc:  # the user's one line reaches the parent's message, not a traceback
+        print(exc, file=sys.stderr)
+        sys.exit(exc.exit_code)
