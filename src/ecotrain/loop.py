@@ -84,13 +84,19 @@ def train_step(state, batch, cbs) -> None:
     state.dist.mark(state.step)  # CUDA under torchrun: the stall watch's event, behind the gradients' collectives
     state.skip_step = False
     cbs.on_after_backward(state)  # the divergence guard may set skip_step here
-    if not state.skip_step:
-        if loop_cfg.grad_clip:
+    optimizer_step(model, opt, prec, loop_cfg.grad_clip, skip=state.skip_step)
+    state.dist.mark(state.step)  # ... and behind clipping's (FSDP: an all-reduce of the norm)
+
+
+def optimizer_step(model, opt, prec, grad_clip, skip: bool = False) -> None:
+    """The one optimizer step (the loop's and lr-find's): clip the true gradients (unscaled first),
+    step through the precision's scaler, and zero the gradients; `skip`: zero them only."""
+    if not skip:
+        if grad_clip:
             prec.unscale(opt)  # clip true gradients, not scaled ones
-            torch.nn.utils.clip_grad_norm_(model.parameters(), loop_cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         prec.step(opt)
     opt.zero_grad(set_to_none=True)
-    state.dist.mark(state.step)  # ... and behind clipping's (FSDP: an all-reduce of the norm)
 
 
 def set_train_mode(state) -> None:

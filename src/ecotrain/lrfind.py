@@ -83,7 +83,6 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
     """Train a copy of the recipe's initial model with an exponentially growing LR; the curve and
     the suggestion. Nothing is written."""
     # here, not at the top: the CLI imports this module for `ecotrain --help`, which must not load torch
-    import torch
 
     from ecotrain import distributed, loop
     from ecotrain.assemble import RunOptions, UserParts, assemble
@@ -125,11 +124,7 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
                 value = float(loss)
                 if not math.isfinite(value):
                     break
-                if cfg.loop.grad_clip:
-                    state.precision.unscale(opt)  # fp16: clip true gradients, not scaled ones
-                    torch.nn.utils.clip_grad_norm_(state.model.parameters(), cfg.loop.grad_clip)
-                state.precision.step(opt)
-                opt.zero_grad(set_to_none=True)
+                loop.optimizer_step(state.model, opt, state.precision, cfg.loop.grad_clip)
                 lrs.append(lr)
                 losses.append(value)
                 sm = smoothed(losses, smooth)
