@@ -1,6 +1,6 @@
-"""Make docs/report.png, the README's picture of a report: a deliberately overfitted run (the browser
-test's: 72 digits, a 256x256 MLP, lr 1e-2, early stopping), its `ecotrain report`, and a screenshot
-of the page in headless Chromium (Debian's `chromium`; `make browser` installs it).
+"""Make docs/report.png, docs/report.md's picture of a report: a deliberately overfitted run (the
+browser test's: 72 digits, a 256x256 MLP, lr 1e-2, early stopping), its `ecotrain report`, and a
+screenshot of the page in headless Chromium (Debian's `chromium`; `make browser` installs it).
 
     .venv/bin/python docs/make_screenshot.py [--out docs/report.png] [--keep RUN_DIR]
 """

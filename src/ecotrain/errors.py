@@ -3,7 +3,7 @@
 The CLI prints `ecotrain: error: <message>` and exits with `exit_code`; no traceback.
 """
 
-# Exit codes (documented in README "Exit codes").
+# Exit codes (documented in docs/cli.md, "Exit codes").
 EXIT_OK = 0
 EXIT_FAILURE = 1  # an unexpected error (a bug, or user code failing): one line; traceback in error.log, --debug
 EXIT_USAGE = 2  # bad config, bad data, bad command line

@@ -3,7 +3,7 @@
 Each `Case` is one run of the real CLI in a fresh folder (`{tmp}` in the arguments):
 - `setup(tmp)` writes the files it needs (`tmp/tiny.yaml`, a small recipe, is always there);
 - `args` are the command line after `ecotrain`;
-- `code` is the exact exit code (README "Exit codes");
+- `code` is the exact exit code (docs/cli.md "Exit codes");
 - `words` must all be in the one `ecotrain: error: ...` line (for code 0: anywhere on stderr);
 - every file present after `setup` must be byte-identical afterwards, except those matching `may_change`
   (glob patterns relative to tmp), so nothing the user had is lost or rewritten;
