@@ -65,7 +65,7 @@ def losses_of(cfg: Config, micro_batches: int = 1) -> list:
     class Micro(Callback):  # the chosen plan's micro-batch count, as fit sets it (assemble.py)
         def on_fit_start(self, state):
             if micro_batches > 1:
-                state.counters.micro_batches = micro_batches
+                state.plan.raise_micro_batches(micro_batches)
 
     with tempfile.TemporaryDirectory() as d:
         fit(cfg, callbacks=[Micro(), rec], run_dir=Path(d) / "run", quiet=True)

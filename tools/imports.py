@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop", "state", "objective", "precision",
         "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory", "distributed", "optim",
         "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
-        "progress_work")
+        "progress_work", "stepplan", "userpath", "jsonfile")
 WINGS = ("accounting", "green", "memplan", "plan", "continual", "speech", "report", "tracking", "lrfind", "sweep",
          "inference", "cli")
 

@@ -1,3 +1,3 @@
 from ecotrain.cli import main
 
-raise SystemExit(main())
+raise SystemExit(main())  # main() itself ignores stop signals once the command is done (interpreter teardown)

@@ -42,6 +42,7 @@ from ecotrain.optim import build_optimizer, build_scheduler
 from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
+from ecotrain.stepplan import StepPlan, step_batch_size
 from ecotrain.accounting.timing import CarbonTiming
 from ecotrain.tracking import tracking_callbacks
 from ecotrain.task import UserTask, build_task, user_metrics
@@ -118,32 +119,31 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     if augment.active and not isinstance(source, ArraySource):
         raise ConfigError("data.augment: works on in-memory (x, y) signal arrays only; augment inside your "
                           "Dataset's __getitem__ instead (it is seeded per item)")
-    if memory_plan is not None and memory_plan.chosen.candidate.micro_batches != cfg.loop.accumulate:
-        state.counters.micro_batches = memory_plan.chosen.candidate.micro_batches  # exact accumulation (loop.py)
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
     cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
     run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads,
-              memory_plan=memory_plan.record(cfg.data.batch_size * cfg.loop.accumulate) if memory_plan else None)
+              memory_plan=memory_plan.record(state.plan.step_batch) if memory_plan else None)
     derived = distributed.micro_batches_for(cfg, dist.world_size)
     if derived is not None and memory_plan is not None:
         raise ConfigError("loop.micro_batch_size and memory.budget both choose the micro-batches; set one of them")
+    saved = None
     if opts.resume is not None:  # checked and loaded in memory; the folder is untouched until accepted
         whole = resume_mod.resume_into(state, cbs, augment, Path(opts.resume), bundle.content_hash,
                                        opts.allow_config_change)
+        saved = whole.get("counters", {}).get("micro_batches")  # a count OOM recovery raised (stepplan.py)
         run.metrics_offset = whole["metrics_offset"] if logger else None
         redone = resume_mod.steps_past(folder.path / "metrics.jsonl", run.metrics_offset, state.step)
         state.counters.resumes += 1
         state.counters.steps_redone += redone
         if redone:
             log.info(f"the interrupted run trained {redone} steps past step {state.step}: they are trained again")
-    if derived is not None:  # this world size's count, not a checkpoint's from another one
-        state.counters.micro_batches = derived
     hint = oom_hint(folder.path) if opts.resume is not None else None
-    if hint is not None and hint > (state.counters.micro_batches or cfg.loop.accumulate):
+    planned = memory_plan.chosen.candidate.micro_batches if memory_plan is not None else None
+    state.plan = StepPlan.resolve(cfg, planned, saved, derived, hint)  # the one place the cut is settled
+    if hint is not None and state.plan.micro_batches == hint and hint > (derived or saved or planned or cfg.loop.accumulate):
         log.warning(f"a rank ran out of memory before this restart: every rank continues with {hint} micro-batches")
-        state.counters.micro_batches = hint  # every rank reads the same file: the same count on all
-        state.counters.oom_recoveries += 1
+        state.counters.oom_recoveries += 1  # every rank reads the same file: the same count on all
     return run
 
 
@@ -235,7 +235,7 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
         bundle.train.seed(cfg.seed)
         return bundle.train, LoaderSteps(bundle.train, cfg), {}
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
-    sampler = build_sampler(len(bundle.train), lengths, cfg.data.batch_size * cfg.loop.accumulate, cfg.seed,
+    sampler = build_sampler(len(bundle.train), lengths, step_batch_size(cfg), cfg.seed,
                             cfg.data.bucketing, bundle.extra.get("blocks"), cfg.data.shuffle_window)
     facts = {}
     if lengths is not None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from pathlib import Path
 
 from ecotrain.errors import (EXIT_DIVERGED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError, ConfigError,
                              EcotrainError, os_error_line)
+from ecotrain.userpath import user_path
 
 
 class _Version(argparse.Action):
@@ -149,6 +151,9 @@ def cmd_fit(args) -> int:
 
         args.overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
         args.carbon_forecast = args.deadline = None  # now overrides: each seed of a group gets them once
+    if args.init_from:  # before anything is read or written (a FIFO would block the load forever)
+        user_path(args.init_from, "--init-from", "give a checkpoint or run folder, a .safetensors file or a "
+                  "state_dict file", folder=True)
     cfg = load_config(args.recipe, args.overrides)
     if args.print_config:
         from ecotrain.rundir import config_yaml
@@ -409,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(argv)
     finally:
         _PREEMPTION.uninstall()  # the caller's handlers back (main() may run inside a longer process)
+        if argv is None:  # the `ecotrain` program: a signal during interpreter shutdown must not turn the
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # command's exit code into -15 (its work is done)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     if _HARD_EXIT or (code and _torchrun_worker()):  # a failed worker too: its peers are stuck in collectives
         sys.stdout.flush()
         sys.stderr.flush()

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ecotrain.errors import ConfigError
 from ecotrain.units import parse_bytes
+from ecotrain.userpath import user_path
 from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
 from ecotrain.config_carbon import CarbonConfig
 from ecotrain.config_run import (  # noqa: F401 (re-exported)
@@ -60,7 +61,8 @@ class DataConfig(_Section):
     stratify: bool = True
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     bucketing: bool = False  # variable-length sequences (data.name=text, mode: paragraphs): batch similar lengths
-    # hf:PATH / parquet:PATH (docs/data.md): feature columns (None: every column but data.target)
+    # csv, hf:PATH, parquet:PATH (docs/data.md): feature columns by name, in this order (None: every column but
+    # data.target, in the file's order)
     features: Optional[list[str]] = None
     shuffle_window: int = Field(4096, gt=0)  # parquet:PATH: rows shuffled together after the seeded shard order
     # loader workers (data/loader.py): 0 reads batches in the training process (the fast path for in-memory data)
@@ -529,11 +531,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = Path(path)
         source = str(p)
-        if p.is_dir():
-            raise ConfigError(f"{p}: is a folder; give a recipe file (YAML), e.g. recipes/mnist1d_cnn.yaml")
-        if not p.is_file():  # a device or a pipe (/dev/null) exists, but is no recipe to read
-            raise ConfigError(f"{p}: not a regular file; give a recipe file (YAML)" if p.exists()
-                              else f"{p}: recipe not found")
+        user_path(p, "recipe", "give a recipe file (YAML), e.g. recipes/mnist1d_cnn.yaml")  # no FIFO, no device
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:

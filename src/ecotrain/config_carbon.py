@@ -3,11 +3,24 @@ accounting/timing.py; docs/green.md). Kept apart from config.py, which only hold
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from datetime import date
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from ecotrain.config_base import Section
+from ecotrain.userpath import user_path
+
+FORECAST_FILE = "give a forecast file: Carbon Aware SDK or ElectricityMaps JSON, or a CSV of time,gCO2e/kWh rows"
+
+
+def _iso_text(v):
+    """A time as its ISO text: YAML reads an unquoted `2026-12-05T06:00:00Z` (a recipe's, or an override's
+    `carbon.deadline=...`) as a datetime, and `2026-12-05` as a date; the fields hold the text."""
+    return v.isoformat() if isinstance(v, date) else v  # a datetime is a date too
+
+
+IsoText = Annotated[str, BeforeValidator(_iso_text)]
 
 
 class SimulatedClock(Section):
@@ -15,7 +28,7 @@ class SimulatedClock(Section):
     training step takes `seconds_per_step`, and a wait passes at once (no real sleep). The run's
     training is the same; only when it is said to happen changes."""
 
-    start: str = Field(min_length=1)
+    start: IsoText = Field(min_length=1)
     seconds_per_step: float = Field(gt=0)
 
 
@@ -23,7 +36,7 @@ class CarbonConfig(Section):
     """`fit --carbon-forecast FILE [--deadline T]` sets `forecast` and `deadline`."""
 
     forecast: Optional[str] = None  # a forecast file: Carbon Aware SDK or ElectricityMaps JSON, or CSV time,g/kWh
-    deadline: Optional[str] = None  # ISO time, or a duration from the run's first start (90m, 12h, 2d)
+    deadline: Optional[IsoText] = None  # ISO time, or a duration from the run's first start (90m, 12h, 2d)
     threshold: Optional[float] = Field(None, ge=0)  # g/kWh: train whenever the forecast is at or below it
     check_every: int = Field(8, gt=0)  # steps between clock reads (a real clock)
     clock: Union[Literal["real"], SimulatedClock] = "real"
@@ -38,7 +51,6 @@ def cli_overrides(forecast: Optional[str], deadline: Optional[str]) -> list[str]
                           "cleanest hours)")
     if not forecast:
         return []
-    from pathlib import Path
-
-    out = [f"carbon.forecast={Path(forecast).resolve()}"]  # absolute: a resumed run finds it from anywhere
+    path = user_path(forecast, "--carbon-forecast", FORECAST_FILE)  # before any run folder; a FIFO would block
+    out = [f"carbon.forecast={path.resolve()}"]  # absolute: a resumed run finds it from anywhere
     return out + ([f"carbon.deadline={deadline}"] if deadline else [])

@@ -23,6 +23,9 @@ class CheckpointConfig(_Section):
     background: bool = False  # write in a thread; tensors are snapshot first
 
 
+MAX_POLL_SECONDS = 3600.0
+
+
 class PreemptionConfig(_Section):
     """How a spot machine's notice reaches the run (preemption.py): SIGTERM always; a file that appears
     or an HTTP endpoint that answers (the cloud's metadata server) when set."""
@@ -31,6 +34,14 @@ class PreemptionConfig(_Section):
     notice_file: Optional[str] = None  # a path whose appearance is the notice (a SLURM/K8s preStop hook touches it)
     notice_url: Optional[str] = None  # polled; a 200 answer other than "", "false", "none" is the notice
     poll_seconds: float = Field(1.0, gt=0)  # how often notice_file / notice_url are checked (in a thread)
+
+    @field_validator("poll_seconds")
+    @classmethod
+    def _poll_bound(cls, v: float) -> float:
+        if v > MAX_POLL_SECONDS:  # a notice comes minutes before the machine goes; 1e10 s overflowed the wait
+            raise ValueError(f"at most {MAX_POLL_SECONDS:g} seconds; a notice comes 30 s to 2 minutes before the "
+                             "machine is taken, so poll every few seconds (default 1)")
+        return v
 
     @field_validator("notice_url")
     @classmethod

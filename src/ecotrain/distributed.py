@@ -26,6 +26,7 @@ from torch import nn
 
 from ecotrain.errors import ConfigError, EcotrainError
 from ecotrain.stallwatch import StallWatch, nccl_timeout
+from ecotrain.stepplan import step_batch_size
 
 _NULL = contextlib.nullcontext()
 
@@ -307,7 +308,7 @@ def micro_batches_for(cfg, world: int) -> int | None:
     size = cfg.loop.micro_batch_size
     if size is None:
         return None
-    step = cfg.data.batch_size * cfg.loop.accumulate
+    step = step_batch_size(cfg)
     if step % (world * size):
         raise ConfigError(f"loop.micro_batch_size: {size} does not divide a rank's share of the step "
                           f"({step} samples over {world} ranks = {step / world:g}); choose a size that divides "

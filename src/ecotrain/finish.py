@@ -54,6 +54,8 @@ class Summary:
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
     memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memplan.py)
+    # csv data: {"columns": the feature columns' names, in order}, the model's input contract (inference.py)
+    inputs: Optional[dict] = None
     methods: dict = field(default_factory=dict)  # each method's own figures, by key
     metrics: dict = field(default_factory=dict)  # train_*, val_*, test_* and train_val_gap (flattened)
 
@@ -124,13 +126,13 @@ def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summ
         oom_recoveries=c.oom_recoveries, skipped_nonfinite_steps=c.skipped_nonfinite_steps, rollbacks=c.rollbacks,
         resumes=c.resumes, steps_redone=c.steps_redone,
         checkpoint_blocked_seconds=round(c.checkpoint_blocked_seconds, 4),
-        micro_batches=c.micro_batches,
+        micro_batches=state.plan.raised,
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
         gpu_peak_memory_bytes=(memory or {}).get("gpu_peak_allocated_bytes"),
-        memory_plan=run.memory_plan,
+        memory_plan=run.memory_plan, inputs=run.bundle.extra.get("inputs"),
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
 
 

@@ -36,9 +36,13 @@ from ecotrain.config import Config, _merge, build_config, load_config, parse_ove
 from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
+from ecotrain.data.builtin import csv_features, csv_numbers, read_csv
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
+from ecotrain.jsonfile import read_json
+from ecotrain.log import log
 from ecotrain.methods.bn_domain import serving, use_domain
 from ecotrain.rundir import atomic_write, refuse_overwriting
+from ecotrain.userpath import user_path
 
 SPLITS = ("test", "val", "train", "all")
 
@@ -55,6 +59,7 @@ class Trained:
     weights: str  # where the weights came from
     out_dir: Path  # where eval writes by default
     prefix: str  # "" for a run folder, "<checkpoint>-" for a checkpoint
+    columns: Optional[list[str]] = None  # trained on a CSV: its feature columns, by name and in order
 
     @property
     def is_lm(self) -> bool:
@@ -103,8 +108,13 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
 
     path = Path(target)
     cfg, weights, where, out_dir, prefix = _locate(path)
+    columns = kept_columns(path, prefix, out_dir, cfg)
+    data_cfg = cfg
+    if columns and not cfg.data.features:  # the run's own file, read by the names kept, whatever its order now
+        data_cfg = cfg.model_copy(deep=True)
+        data_cfg.data.features = columns
     try:
-        bundle = load_data(cfg)
+        bundle = load_data(data_cfg)
     except EcotrainError as exc:
         raise type(exc)(f"{path}: rebuilding the model needs its training data's shape and classes, "
                         f"and that data cannot be loaded: {exc}") from None
@@ -115,7 +125,20 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
     load_model_weights(model, weights, where)
     dev = resolve_device(device)
     model = model.to(dev).eval()
-    return Trained(model, cfg, bundle, dev, path, where, out_dir, prefix)
+    columns = columns or (bundle.extra.get("inputs") or {}).get("columns")  # a run from before they were kept
+    return Trained(model, cfg, bundle, dev, path, where, out_dir, prefix, columns)
+
+
+def kept_columns(path: Path, prefix: str, out_dir: Path, cfg: Config) -> Optional[list[str]]:
+    """The feature columns a CSV-trained model takes, as its run's summary.json keeps them (None: not
+    trained on a CSV, or no finished run to say: a checkpoint of a running one, a run from before)."""
+    in_a_run = path.parent.name == "checkpoints" and path.parent.parent == out_dir  # RUN/checkpoints/step-N
+    run = path if not prefix else out_dir if in_a_run else None
+    if cfg.data.name != "csv" or run is None or not (run / "summary.json").is_file():
+        return None
+    summary = read_json(run / "summary.json", "run summary", {"inputs?": dict, "inputs.columns?": list,
+                                                              "inputs.columns.*?": str})
+    return list((summary.get("inputs") or {}).get("columns") or []) or None
 
 
 # -- the data -----------------------------------------------------------------------------------
@@ -135,10 +158,7 @@ def data_config(cfg: Config, items: Sequence[str]) -> tuple[Config, str]:
         if kind not in ("npz", "csv"):
             raise DataError(f"--data {f}: not a .npz or .csv file; give one, or key=value overrides of the run's data "
                             "section (e.g. num_samples=2000)")
-        if not f.exists():
-            raise DataError(f"--data {f}: not found")
-        if f.is_dir():
-            raise DataError(f"--data {f}: is a folder; give the .{kind} file")
+        user_path(f, "--data", f"give the .{kind} file", error=DataError)  # read before the loader checks it
         tree["data"] = {**tree["data"], "name": kind, "path": str(f), "val_split": 0.0, "test_split": 0.0,
                         "kwargs": {}, "augment": {}, "bucketing": False}
         label = f.stem
@@ -179,20 +199,9 @@ def _features_only(cfg: Config) -> ArraySource:
             raise
         except Exception as exc:
             raise DataError(f"{path}: cannot read as .npz ({describe(exc)})") from None
-    else:
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                rows = list(csv.reader(f))
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise DataError(f"{path}: cannot read the CSV file ({describe(exc)})") from None
-        if len(rows) < 2:
-            raise DataError(f"{path}: needs a header row and at least one data row")
-        try:
-            x = [[float(v) for v in r] for r in rows[1:]]
-        except ValueError as exc:
-            raise DataError(f"{path}: not a number ({exc})") from None
-        if any(len(r) != len(rows[0]) for r in rows[1:]):
-            raise DataError(f"{path}: rows have different numbers of fields than the header's {len(rows[0])}")
+    else:  # every column a feature, or data.features (the model's columns, by name) in that order
+        header, body = read_csv(path)
+        x = csv_numbers(path, header, body, csv_features(header, cfg.data.features, None, path))
     n = len(x)
     xt, _ = _tensors(x, np.zeros(n, dtype=np.int64), str(path))
     return ArraySource(xt, torch.full((n,), -1, dtype=torch.long))
@@ -245,6 +254,7 @@ def eval_data(trained: Trained, items: Sequence[str], split: Optional[str], need
         return src, split, split, True
     dcfg, label = data_config(cfg, items)
     what = f"--data {' '.join(items)}"
+    dcfg = by_name(dcfg, trained, what)
     if not need_labels and dcfg.data.name in ("npz", "csv") and not _labelled(dcfg):
         if split not in (None, "all"):
             raise DataError(f"{what}: an unlabelled file is predicted whole; drop --split")
@@ -265,6 +275,37 @@ def eval_data(trained: Trained, items: Sequence[str], split: Optional[str], need
         if top >= n_cls:
             raise DataError(f"{what}: label {top} is out of range: the model has {n_cls} classes (0 to {n_cls - 1})")
     return src, split, f"{label}-{split}", labelled
+
+
+def by_name(dcfg: Config, trained: Trained, what: str) -> Config:
+    """A CSV's columns matched to the model's by name (its input contract): the same names in another
+    order are read in the training order (said in one line); a missing column, or one the model does not
+    know, is refused, naming them. A run that chose its columns (data.features) ignores the others, as its
+    training did. An .npz has no names: taken in the training order, said so."""
+    want = trained.columns
+    if not want or dcfg.data.name not in ("csv", "npz"):
+        return dcfg
+    if dcfg.data.name == "npz":
+        log.info(f"{what}: an .npz has no column names; its features are taken as the model's columns, in order "
+                 f"({', '.join(want)})")
+        return dcfg
+    header, _ = read_csv(Path(dcfg.data.path), header_only=True)
+    have = [c for c in header if c != dcfg.data.target]
+    missing = [c for c in want if c not in have]
+    unknown = [] if trained.config.data.features else [c for c in have if c not in want]
+    if missing or unknown:
+        said = [f"no column {_names(missing)}"] if missing else []
+        said += [f"column {_names(unknown)} the model was not trained on"] if unknown else []
+        raise DataError(f"{what}: {' and '.join(said)}; the model in {trained.source} takes the columns "
+                        f"{', '.join(want)}, by name in any order: give a file with those")
+    if [c for c in have if c in want] != want:
+        log.info(f"{what}: columns in another order than the training data's; read by name, as {', '.join(want)}")
+    dcfg.data.features = list(want)
+    return dcfg
+
+
+def _names(cols: list[str]) -> str:
+    return ", ".join(f"'{c}'" for c in cols)
 
 
 # -- eval and predict ---------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 The CLI installs one stderr handler with one format (`ecotrain: warning: ...`); under torchrun
 only rank 0 emits (`RankZeroFilter`), so a message is printed once, not once per rank. The
 one-line user errors (`ecotrain: error: ...`) and a command's own results stay on the CLI.
+
+`background` is the one boundary of ecotrain's own background threads (the preemption notice watch,
+the stall watch): whatever ends a thread's body early is one warning line here, never a traceback
+from the thread.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from typing import Callable
 
 log = logging.getLogger("ecotrain")
 
@@ -48,3 +54,23 @@ def setup_cli_logging(level: int = logging.INFO) -> None:
     log.addHandler(handler)
     log.setLevel(level)
     log.propagate = False
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """`text` on one line (an exception's message may span several, or carry a server's bytes), cut to `limit`."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def background(name: str, what: str, body: Callable[[], None], after: str = "") -> threading.Thread:
+    """Run `body` in a started daemon thread `name`. An exception that ends it is one warning line
+    `{what} stopped: {Type}: {message}; {after}` (`after`: what still works without it)."""
+    def run() -> None:
+        try:
+            body()
+        except Exception as exc:  # the boundary: the thread ends, the run goes on and is told once
+            log.warning(one_line(f"{what} stopped: {type(exc).__name__}: {exc}") + (f"; {after}" if after else ""))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread

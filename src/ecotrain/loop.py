@@ -58,7 +58,7 @@ def backward_micro_batches(state, batch, n_micro: int) -> torch.Tensor:
 
 def train_step(state, batch, cbs) -> None:
     model, opt, prec, loop_cfg = state.model, state.optimizer, state.precision, state.config.loop
-    n_micro = state.counters.micro_batches or loop_cfg.accumulate  # raised by OOM recovery
+    n_micro = state.plan.micro_batches  # stepplan.py: raised by OOM recovery
     if state.objective.batch_methods:
         batch = state.objective.prepare(state, batch)  # methods' batch changes (resize, selective backprop)
     try:
@@ -249,7 +249,7 @@ def evaluate_split(state, source, prefix: str, final: bool = False) -> dict:
     model, src, reduce_with = state.dist.eval_view(state.model, source)
     if state.methods and not final:
         model = state.methods.eval_model(model)
-    return evaluate(model, src, state.task, state.config.data.batch_size * 4, state.device, state.precision,
+    return evaluate(model, src, state.task, state.plan.eval_batch, state.device, state.precision,
                          prefix, reduce_with)
 
 

@@ -8,7 +8,7 @@ outputs of fused attention kernels are kept, everything else in the block is rec
 
 OOM recovery doubles the number of micro-batches of the effective batch: the micro-batch halves,
 the accumulation doubles, and the loss normalisation (task.normalized_loss) keeps the maths of
-the step unchanged. The count lives in `state.counters.micro_batches` so a checkpoint carries it.
+the step unchanged. The count lives in `state.plan` (stepplan.py), whose one writer at run time this is; a checkpoint carries it.
 """
 
 from __future__ import annotations
@@ -204,7 +204,8 @@ def recover_from_oom(state, batch, n_micro: int, exc: BaseException, run: Callab
                 "memory.activation_checkpointing=all or precision=bf16-mixed (see `ecotrain plan`)")
         log.warning(f"out of memory at step {state.step + 1}; micro-batch {size} -> {new_size} "
               f"({n_micro} -> {new_n} micro-batches, effective batch {total} unchanged)")
-        state.counters.micro_batches = n_micro = new_n
+        state.plan.raise_micro_batches(new_n)
+        n_micro = new_n
         state.counters.oom_recoveries += 1
         try:
             return run(state, batch, n_micro)

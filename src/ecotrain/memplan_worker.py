@@ -35,8 +35,7 @@ def worker(folder: Path) -> None:
             self.times, self.cpu, self.t0, self.c0 = [], [], 0.0, 0.0
 
         def on_fit_start(self, state):
-            if job["micro_batches"] != cfg.loop.accumulate:
-                state.counters.micro_batches = job["micro_batches"]  # exact accumulation (loop.py)
+            state.plan.raise_micro_batches(job["micro_batches"])  # the candidate's cut (exact accumulation)
             trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
             self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
             if state.device.type == "cuda":
@@ -62,7 +61,7 @@ def worker(folder: Path) -> None:
             out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
                    "cpu_seconds": None if cuda else min(self.cpu[1:]), "device_type": state.device.type,
                    "reserved_bytes": peaks["gpu_peak_reserved_bytes"],
-                   "micro_batches": state.counters.micro_batches or cfg.loop.accumulate,
+                   "micro_batches": state.plan.micro_batches,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
             if job["estimate"] and peak > job["usable"]:  # after the peak is read: its forwards are not measured

@@ -7,20 +7,23 @@ Spot managers also announce a preemption without a signal: a file that appears (
 Kubernetes preStop hook touching it) or a metadata endpoint that starts answering (GCP's
 `instance/preempted`, AWS's `spot/instance-action`). `watch()` polls those in a daemon thread,
 never in the step loop, and raises the same flag. `noticed_at` (monotonic) is when the notice came:
-the Checkpointer reports the seconds from it to a complete checkpoint against `grace_seconds`."""
+the Checkpointer reports the seconds from it to a complete checkpoint against `grace_seconds`.
+An endpoint that answers something other than HTTP (garbage, a header line without end, too many
+headers) is said once, as a warning, and polling goes on; anything else that ends the watch is one
+warning too (log.background): SIGTERM still stops the run with a checkpoint."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ecotrain.log import log
+from ecotrain.log import background, log, one_line
 
 NOT_A_NOTICE = ("", "false", "none")  # GCP's endpoint answers FALSE until the notice
+URL_TIMEOUT = 10.0  # seconds one poll of notice_url may wait: a metadata server answers in milliseconds
 
 
 class Preemption:
@@ -53,14 +56,28 @@ class Preemption:
                         "it is written again")
 
         def poll():
+            said = False  # the endpoint's misbehaviour is told once, not at every poll
             while not stop.wait(cfg.poll_seconds if self.requested is None else 3600):
                 now = _stamp(cfg.notice_file)
                 if now is not None and now != stale:
                     self.notice(f"preemption notice file {cfg.notice_file}")
-                elif cfg.notice_url and _url_says_preempted(cfg.notice_url, cfg.poll_seconds):
+                    continue
+                if not cfg.notice_url:
+                    continue
+                try:
+                    preempted = _url_says_preempted(cfg.notice_url, min(cfg.poll_seconds, URL_TIMEOUT))
+                except Exception as exc:  # answered, but not HTTP: http.client's BadStatusLine, LineTooLong, ...
+                    if not said:
+                        said = True
+                        log.warning(one_line(f"preemption.notice_url {cfg.notice_url}: the answer is not HTTP "
+                                             f"({type(exc).__name__}: {exc})", 240)
+                                    + "; polling goes on, and SIGTERM still stops the run with a checkpoint")
+                    continue
+                if preempted:
                     self.notice(f"preemption notice from {cfg.notice_url}")
 
-        threading.Thread(target=poll, name="ecotrain-preemption-notice", daemon=True).start()
+        background("ecotrain-preemption-notice", "the preemption notice watch", poll,
+                   "SIGTERM still stops the run with a checkpoint")
 
     def stop_watching(self) -> None:
         if self._watching is not None:
@@ -106,12 +123,13 @@ def _stamp(path: str | None) -> tuple | None:
 
 
 def _url_says_preempted(url: str, timeout: float) -> bool:
-    """One poll of a metadata endpoint: 404 or an error is "no notice yet" (AWS answers 404 until
-    it has one; the endpoint may be briefly unreachable), a 200 with a body is the notice."""
+    """One poll of a metadata endpoint: 404 or a failed connection is "no notice yet" (AWS answers 404
+    until it has one; the endpoint may be briefly unreachable), a 200 with a body is the notice. An
+    answer that is not HTTP raises (http.client.HTTPException, ValueError): the caller says it once."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (the user's own endpoint)
             return r.status == 200 and r.read(4096).decode("utf-8", "replace").strip().lower() not in NOT_A_NOTICE
-    except (urllib.error.URLError, OSError, ValueError):
+    except OSError:  # URLError, HTTPError (404), refused, timed out, closed without an answer
         return False
 
 

@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from ecotrain.errors import EXIT_FAILURE
+from ecotrain.log import background
 
 
 def nccl_timeout(timeout_s: float) -> float:
@@ -40,8 +41,8 @@ class StallWatch:
         self.pending: collections.deque = collections.deque()  # (queued at, step, marker); appended here only
         self._exit, self._out = exit, out
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ecotrain-stall-watch", daemon=True)
-        self._thread.start()
+        self._thread = background("ecotrain-stall-watch", "the stall watch", self._run,
+                                  "a rank that hangs is left to NCCL's own timeout")
 
     def mark(self, step: int) -> None:
         self.pending.append((time.monotonic(), step, self.make_marker()))

@@ -18,6 +18,7 @@ from torch import nn
 
 from ecotrain.config import Config
 from ecotrain.distributed import Dist
+from ecotrain.stepplan import StepPlan
 
 
 @dataclass
@@ -25,7 +26,6 @@ class Counters:
     """Event counts of a run; ride in the checkpoint, land in summary.json."""
 
     oom_recoveries: int = 0  # memory.recover_from_oom
-    micro_batches: Optional[int] = None  # raised by OOM recovery; None: loop.accumulate
     skipped_nonfinite_steps: int = 0  # DivergenceGuard, action=skip
     data_wait_seconds: float = 0.0  # data/loader.py Feed: the loop's time waiting for batches
     rollbacks: int = 0  # DivergenceGuard, action=rollback
@@ -57,6 +57,7 @@ class TrainState:
     dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
     methods: Any = None  # methods.Methods
     data_source: Any = None  # a user's loader (LoaderSource): its state and its own RNG ride in the checkpoint
+    plan: Optional[StepPlan] = None  # how a step is cut (stepplan.py); assemble resolves it, None: from the config
 
     # position
     step: int = 0  # optimizer steps taken
@@ -92,6 +93,10 @@ class TrainState:
     extra_flops: dict = field(default_factory=dict)  # label -> FLOPs paid outside the measured steps
     train_seconds: float = 0.0  # the loop's time, all segments; `elapsed()` for a live figure
     segment_start: Optional[float] = None  # perf_counter when this segment's loop started
+
+    def __post_init__(self):
+        if self.plan is None:
+            self.plan = StepPlan.resolve(self.config)
 
     @property
     def task(self):

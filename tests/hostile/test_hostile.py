@@ -28,10 +28,11 @@ pytestmark = pytest.mark.hostile
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """sha256 of every file under root (unreadable ones by their mode), by path relative to root."""
+    """sha256 of every file under root (unreadable ones by their mode), by path relative to root. Lock
+    files are left out: a command that takes a folder's lock to decide, then refuses, writes its pid there."""
     out = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.is_symlink():
+        if p.is_file() and not p.is_symlink() and p.name not in (".ecotrain.lock", "registry.lock"):
             rel = p.relative_to(root).as_posix()
             try:
                 out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()

@@ -28,8 +28,8 @@ def runs(tmp_path_factory, recipe):
 
     root = tmp_path_factory.mktemp("ledger")
     out = {}
-    for name, hidden in (("base", "[256,256]"), ("cand", "[32]")):
-        r = run_cli("fit", recipe, f"model.kwargs={{hidden: {hidden}}}",
+    for name, hidden, seed in (("base", "[256,256]", 0), ("base_s1", "[256,256]", 1), ("cand", "[32]", 0)):
+        r = run_cli("fit", recipe, f"model.kwargs={{hidden: {hidden}}}", f"seed={seed}",
                     "--run-dir", root / name, "--quiet")
         assert r.returncode == 0, r.stderr
         out[name] = (root / name, r.stdout)
@@ -69,8 +69,13 @@ def test_compare_verdict_and_exit_codes(cli, runs):
     assert "verdict: PASS" in r.stdout and "FLOPs" in r.stdout and "test_accuracy" in r.stdout
     r = cli("compare", cand, base, "--by", "flops")  # the big model as the "cheaper" candidate
     assert r.returncode == 1 and "verdict: FAIL" in r.stdout
-    r = cli("compare", "--baseline", base, base, "--candidate", cand, "--max-accuracy-drop", "0.1",
-            "--min-cost-cut", "-100")  # by co2e; on tiny runs energy is mostly start-up, so no cut is required
+    r = cli("compare", "--baseline", base, base, "--candidate", cand, "--by", "flops")  # one run is one seed
+    assert r.returncode == 2 and "verdict" not in r.stdout, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [f"ecotrain: error: baseline runs {base}, {base} are one run folder "
+                                             "given 2 times; each run counts as one seed, so give each once "
+                                             "(no verdict)"]
+    r = cli("compare", "--baseline", base, str(runs["base_s1"][0]), "--candidate", cand, "--max-accuracy-drop",
+            "0.1", "--min-cost-cut", "-100")  # by co2e; on tiny runs energy is mostly start-up, so no cut is required
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mean of 2" in r.stdout and "energy figures are estimated" in r.stdout
     assert "the candidate has one run: no interval" in r.stdout and "CO2e kg (measured)" in r.stdout

@@ -88,3 +88,28 @@ def test_a_notice_url_that_is_not_http_is_one_line(tmp_path):
     r = ecotrain("fit", recipe(tmp_path, notice_url="metadata.google.internal/x"), "--run-dir", tmp_path / "run")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "preemption.notice_url" in r.stderr and "not an http:// or https:// address" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["garbage", "200_headers"])
+def test_a_notice_endpoint_that_answers_no_http_is_one_warning_and_the_run_trains_on(tmp_path, kind):
+    """http.client's BadStatusLine / 'got more than 100 headers' ended the poll thread with a traceback
+    (issue 44); now: one warning, however many polls, and the run trains to its end."""
+    from tests.helpers.raw_server import ANSWERS, answering
+
+    with answering(ANSWERS[kind]) as (server, url):
+        r = ecotrain("fit", recipe(tmp_path, notice_url=url), "--run-dir", tmp_path / "run", "loop.max_steps=300",
+                     timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert server.hits >= 3  # polled on after the first bad answer
+    assert "Traceback" not in r.stderr and "Exception in thread" not in r.stderr, r.stderr[-2000:]
+    warned = [line for line in r.stderr.splitlines() if "preemption.notice_url" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"ecotrain: warning: preemption.notice_url {url}: the answer "
+                                                     "is not HTTP ("), r.stderr[-2000:]
+
+
+def test_a_poll_interval_past_an_hour_is_one_line(tmp_path):
+    r = ecotrain("fit", recipe(tmp_path, notice_url="http://127.0.0.1:1/", poll_seconds=1e10), "--run-dir",
+                 tmp_path / "run")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "preemption.poll_seconds" in r.stderr and "at most 3600 seconds" in r.stderr
+    assert not (tmp_path / "run").exists()

@@ -49,11 +49,13 @@ def test_load_run_names_what_is_missing(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_run(str(run))
     assert str(err.value) == (f"{run / 'summary.json'}: not readable JSON "
-                              "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))")
+                              "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)); "
+                              "restore it, or run the training again")
     (run / "summary.json").write_text("[1]")
     with pytest.raises(ConfigError) as err:
         load_run(str(run))
-    assert str(err.value) == f"{run / 'summary.json'}: not a JSON object"
+    assert str(err.value) == (f"{run / 'summary.json'}: not a JSON object, so not an ecotrain run summary; "
+                              "restore it, or run the training again")
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem")
@@ -63,7 +65,8 @@ def test_an_unreadable_summary_names_the_os_error(tmp_path):
     (run / "summary.json").symlink_to("/proc/self/mem")  # a regular file whose read fails (EIO)
     with pytest.raises(ConfigError) as err:
         load_run(str(run))
-    assert str(err.value) == f"{run / 'summary.json'}: not readable JSON (Input/output error)"
+    assert str(err.value) == (f"{run / 'summary.json'}: not readable JSON (Input/output error); "
+                              "restore it, or run the training again")
 
 
 def test_a_runs_seed(tmp_path):
@@ -254,3 +257,25 @@ def test_a_damaged_summary_is_named(tmp_path):
         load_run(run)
     assert str(err.value) == (f"{Path(run) / 'summary.json'}: 'test_accuracy' is \"high\", not a number; the file was "
                               "edited or damaged: restore it, or run the training again")
+
+
+def test_a_seed_group_is_distinct_runs(tmp_path):
+    """The same run given twice, or copies of one seed, are not more seeds: no verdict, one line naming them."""
+    import shutil
+
+    base = [make_run(tmp_path / f"b{s}", 0.9, 1.0, seed=s) for s in (0, 1)]
+    cand = make_run(tmp_path / "c0", 0.9, 0.4, seed=0)
+    copies = [cand] + [shutil.copytree(cand, tmp_path / f"copy{i}") for i in range(199)]
+    with pytest.raises(ConfigError) as err:
+        judge(base, [str(c) for c in copies])
+    assert str(err.value) == (f"candidate runs {cand}, {copies[1]}, {copies[2]} and 197 more all trained seed 0 "
+                              "(copies of one run?); a seed group needs distinct seeds: give each seed once, or train "
+                              "more with `ecotrain fit --seeds 0-4` (no verdict)")
+    again = str(tmp_path / "." / "b0")  # the same folder, spelt another way
+    with pytest.raises(ConfigError) as err:
+        judge([base[0], again, base[1]], [cand])
+    assert str(err.value) == (f"baseline runs {base[0]}, {again} are one run folder given 2 times; each run counts "
+                              "as one seed, so give each once (no verdict)")
+    assert judge(base, [cand])[1] in ("PASS", "FAIL", "INCONCLUSIVE")  # distinct runs: a verdict
+    unknown = [make_run(tmp_path / f"u{i}", 0.9, 1.0) for i in range(2)]  # seeds not recorded: folders still count
+    assert judge(unknown, [cand])[1] in ("PASS", "FAIL", "INCONCLUSIVE")

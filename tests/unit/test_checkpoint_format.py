@@ -293,7 +293,10 @@ def test_plain_weights_from_each_layout(tmp_path):
 def test_a_missing_or_broken_weights_file(tmp_path):
     with pytest.raises(CheckpointError) as err:
         load_state_dict_file(tmp_path / "gone.safetensors")
-    assert str(err.value).startswith(f"{tmp_path / 'gone.safetensors'}: not a readable safetensors file (")
+    assert str(err.value).startswith(f"weights file: {tmp_path / 'gone.safetensors'} not found; give a .safetensors")
+    os.mkfifo(tmp_path / "pipe.pt")  # opening it would block forever: refused before
+    with pytest.raises(CheckpointError, match=r"pipe.pt is a FIFO \(named pipe\), not a regular file"):
+        load_state_dict_file(tmp_path / "pipe.pt")
     (tmp_path / "e.safetensors").write_bytes(b"\x00")
     with pytest.raises(CheckpointError) as err:
         load_state_dict_file(tmp_path / "e.safetensors")

@@ -151,5 +151,5 @@ def test_data_kwargs_for_a_source_that_reads_none_are_refused(name):
 
 
 def test_a_recipe_that_is_a_device_is_not_said_to_be_missing():
-    with pytest.raises(ConfigError, match=r"^/dev/null: not a regular file; give a recipe file \(YAML\)$"):
+    with pytest.raises(ConfigError, match=r"^recipe: /dev/null is a device, not a regular file; give a recipe file \(YAML\)"):
         load_config("/dev/null")

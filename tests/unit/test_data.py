@@ -76,3 +76,40 @@ def test_augment_is_seeded_and_preserves_shape():
     x = torch.randn(8, 40)
     a1, a2 = SignalAugment(AugmentConfig(shift=3, scale=0.1, noise=0.05), 0), SignalAugment(AugmentConfig(shift=3, scale=0.1, noise=0.05), 0)
     assert torch.equal(a1(x), a2(x)) and a1(x).shape == x.shape and not torch.equal(a1(x), x)
+
+
+def _csv_cfg(path, **data):
+    return Config.model_validate({"data": {"name": "csv", "path": str(path), **data}})
+
+
+def test_csv_columns_are_read_by_name(tmp_path):
+    """The feature columns' names (and order) are the model's input contract: kept in the bundle for
+    summary.json, and data.features picks them by name in its order."""
+    rows = ["b,label,a"] + [f"{i},{i % 2},{-i}" for i in range(20)]
+    (tmp_path / "d.csv").write_text("\n".join(rows))
+    b = load_data(_csv_cfg(tmp_path / "d.csv", val_split=0.0, test_split=0.0))
+    assert b.extra["inputs"] == {"columns": ["b", "a"]} and torch.equal(b.train.x[:3, 0], torch.tensor([0., 1, 2]))
+    b = load_data(_csv_cfg(tmp_path / "d.csv", val_split=0.0, test_split=0.0, features=["a", "b"]))
+    assert b.extra["inputs"] == {"columns": ["a", "b"]} and torch.equal(b.train.x[:3, 0], torch.tensor([0., -1, -2]))
+    with pytest.raises(DataError, match=r"d.csv: no feature column 'c' \(columns: \['b', 'label', 'a'\]\)"):
+        load_data(_csv_cfg(tmp_path / "d.csv", features=["a", "c"]))
+
+
+@pytest.mark.parametrize("header, said", [
+    ("a,label,b,label", "column 'label' is named 2 times in the header (columns 2, 4)"),
+    ("a,a,label", "column 'a' is named 2 times in the header (columns 1, 2)"),
+])
+def test_a_csv_column_named_twice_is_refused(tmp_path, header, said):
+    width = len(header.split(","))
+    (tmp_path / "d.csv").write_text(header + "\n" + "\n".join(",".join(["1"] * width) for _ in range(10)))
+    with pytest.raises(DataError) as err:
+        load_data(_csv_cfg(tmp_path / "d.csv"))
+    assert str(err.value) == f"{tmp_path / 'd.csv'}: {said}; columns are read by name: rename or drop all but one"
+
+
+def test_npz_features_of_width_0_are_refused(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((30, 0), np.float32), y=np.arange(30) % 3)
+    with pytest.raises(DataError) as err:
+        load_data(Config.model_validate({"data": {"name": "npz", "path": str(tmp_path / "d.npz")}}))
+    assert str(err.value) == (f"{tmp_path / 'd.npz'} x/y: features have shape (30, 0), so each sample has no "
+                              "features at all; save at least one feature per sample")

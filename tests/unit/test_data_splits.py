@@ -61,9 +61,10 @@ def test_a_relative_data_path_not_found_names_the_folder_it_was_read_from(tmp_pa
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError) as err:
         load_data(Config.model_validate({"data": {"name": "npz", "path": "d.npz"}}))
-    assert str(err.value) == f"data.path: d.npz not found (a relative path is read from the current folder, {tmp_path})"
+    assert str(err.value) == (f"data.path: d.npz not found (a relative path is read from the current folder, {tmp_path}); "
+                              "give the .npz file")
 
 
 def test_a_data_path_that_is_a_device_is_not_said_to_be_missing():
-    with pytest.raises(DataError, match=r"^data.path: /dev/null is not a regular file; give the .npz file$"):
+    with pytest.raises(DataError, match=r"^data.path: /dev/null is a device, not a regular file; give the .npz file$"):
         load_data(Config.model_validate({"data": {"name": "npz", "path": "/dev/null"}}))

@@ -53,7 +53,7 @@ def test_a_bad_file_is_one_line(tmp_path, text, msg):
     with pytest.raises(ConfigError, match=msg) as exc:
         read_forecast(f)
     assert "\n" not in str(exc.value)
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="carbon.forecast: .*missing.csv not found; give a forecast file"):
         read_forecast(tmp_path / "missing.csv")
 
 
@@ -95,8 +95,10 @@ def test_deadline_and_cli_overrides(tmp_path):
         parse_deadline("soon", T0)
     with pytest.raises(ConfigError, match="--deadline: only with --carbon-forecast"):
         cli_overrides(None, "12h")
-    over = cli_overrides("f.csv", "12h")
+    over = cli_overrides(str(slots_file(tmp_path)), "12h")
     assert over[0].startswith("carbon.forecast=/") and over[1] == "carbon.deadline=12h"
+    with pytest.raises(ConfigError, match="--carbon-forecast: .*nope.csv not found"):  # before any run folder
+        cli_overrides(str(tmp_path / "nope.csv"), "12h")
 
 
 def test_co2e_is_summed_over_the_intervals():
@@ -129,3 +131,88 @@ def slots_file(tmp_path):
     f = tmp_path / "s.csv"
     f.write_text(f"{iso(T0)},100\n")
     return f
+
+
+# ---- inputs that lie (issue 44): NaN or infinite intensities, far-future times, the documented ISO forms ----
+@pytest.mark.parametrize("name,text,where", [
+    ("nan.csv", "time,g\n2026-12-03T00:00:00Z,100\n2026-12-03T01:00:00Z,nan\n", "nan.csv: line 3"),
+    ("inf.csv", "2026-12-03T00:00:00Z,inf\n", "inf.csv: line 1"),
+    ("big.csv", "2026-12-03T00:00:00Z,1e400\n", "big.csv: line 1"),
+    ("nan.json", '{"forecast": [{"datetime": "2026-12-03T00:00:00Z", "carbonIntensity": 5}, '
+                 '{"datetime": "2026-12-03T01:00:00Z", "carbonIntensity": NaN}]}', "nan.json: point 1"),
+    ("inf.json", '[{"forecastData": [{"timestamp": "2026-12-03T00:00:00Z", "value": -Infinity}]}]', "inf.json: point 0"),
+    ("huge.json", '{"data": [{"datetime": "2026-12-03T00:00:00Z", "carbonIntensity": 1' + "0" * 400 + "}]}",
+     "huge.json: point 0"),
+])
+def test_a_nan_or_infinite_intensity_is_refused_naming_the_file_and_the_row(tmp_path, name, text, where):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        read_forecast(f)
+    msg = str(exc.value)
+    assert msg.startswith(f"{tmp_path / where}: the carbon intensity is ") and "give a finite number" in msg, msg
+    assert "\n" not in msg
+
+
+def test_a_duration_that_is_not_a_positive_number_is_refused(tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text('{"forecastData": [{"timestamp": "2026-12-03T00:00:00Z", "duration": NaN, "value": 5}]}')
+    with pytest.raises(ConfigError, match=r"d.json: point 0: duration nan is not a positive number of minutes"):
+        read_forecast(f)
+
+
+def test_a_year_9999_deadline_is_a_deadline_and_times_past_it_are_one_line(tmp_path):
+    end = parse_deadline("9999-12-31T23:59:59Z", T0)
+    assert iso(end) == "9999-12-31T23:59:59Z"
+    slots = slots_of([500, 100, 400], tmp_path)
+    assert plan(slots, T0, H, end, None) == T0 + H  # the cleanest hour, with all the time in the world
+    assert iso(end + 3600) == "after 9999-12-31T23:59:59Z"  # a clock run on past it: said, not an error
+    assert iso(float("nan")) == "before 0001-01-01T00:00:00Z"
+    for text, msg in [("9999-12-31T23:00:00-05:00", "lies outside the years 1 to 9999 in UTC"),
+                      ("9" * 400 + "d", "ends past the year 9999; give a shorter duration"),
+                      ("2999999999d", "ends past the year 9999")]:
+        with pytest.raises(ConfigError, match=msg) as exc:
+            parse_deadline(text, T0)
+        assert str(exc.value).startswith("carbon.deadline: ") and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("given,expected", [
+    ("2026-12-05T06:00:00Z", "2026-12-05T06:00:00Z"),  # the form parse_time's own message shows
+    ("2026-12-05T06:00Z", "2026-12-05T06:00:00Z"),
+    ("2026-12-05T06:00", "2026-12-05T06:00:00Z"),  # no zone: UTC
+    ("2026-12-05T07:00:00+01:00", "2026-12-05T06:00:00Z"),
+    ("2026-12-05", "2026-12-05T00:00:00Z"),
+])
+def test_the_documented_iso_deadline_forms_are_accepted(tmp_path, given, expected):
+    """`--deadline 2026-12-05T06:00:00Z` became a YAML datetime in the override and the config refused it
+    ('Input should be a valid string'); a recipe's unquoted deadline and clock start did the same."""
+    from ecotrain.config import load_config
+
+    f = slots_file(tmp_path)
+    cfg = load_config(None, cli_overrides(str(f), given))
+    assert iso(parse_deadline(cfg.carbon.deadline, T0)) == expected
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"carbon: {{forecast: {f}, deadline: {given}, clock: {{start: {given}, seconds_per_step: 1}}}}\n")
+    cfg = load_config(recipe)
+    assert iso(parse_deadline(cfg.carbon.deadline, T0)) == expected
+    assert iso(parse_time(cfg.carbon.clock.start, "carbon.clock.start")) == expected
+
+
+def test_a_far_future_clock_trains_and_its_ledger_says_when(tiny_cfg, tmp_path):
+    """A simulated clock started in the last hour of the year 9999 runs past the last time a date can
+    name: the run trains, and the ledger's times say `after 9999-12-31T23:59:59Z` (it raised an
+    OverflowError at the first step)."""
+    import json
+
+    from ecotrain import fit
+
+    f = tmp_path / "f.csv"
+    f.write_text("9999-12-31T22:00:00Z,300\n9999-12-31T23:00:00Z,100\n")
+    cfg = tiny_cfg(**{"loop.max_steps": 6, "ledger.energy": "off", "carbon.forecast": str(f),
+                      "carbon.deadline": "9999-12-31T23:59:59Z",
+                      "carbon.clock": {"start": "9999-12-31T23:00:00Z", "seconds_per_step": 3600}})
+    r = fit(cfg, run_dir=tmp_path / "run", quiet=True)
+    assert r.summary["steps"] == 6
+    co2e = json.loads((tmp_path / "run" / "ledger.json").read_text())["co2e"]
+    assert co2e["finished_at"] == "after 9999-12-31T23:59:59Z" and co2e["deadline_met"] is False
+    assert co2e["intervals"][0]["start"] == "9999-12-31T23:00:00Z" and co2e["g_per_kwh_by_steps"] == 100.0

@@ -99,3 +99,22 @@ def test_without_optuna_it_is_one_line(monkeypatch):
     monkeypatch.setattr(search, "optuna", None)  # as when the `green` extra is not installed
     with pytest.raises(ConfigError, match=r"pip install 'ecotrain\[green\]'"):
         search.need_optuna()
+
+
+def test_a_damaged_study_is_one_line_before_anything_trains(tmp_path):
+    import sqlite3
+
+    from ecotrain.green.search import check_study
+
+    db = tmp_path / "study.db"
+    check_study(db)  # none yet: a fresh search
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.commit()
+    check_study(db)  # a readable database: Optuna's own checks follow
+    db.write_bytes(bytes((i * 167 + 13) % 256 for i in range(4096)))
+    with pytest.raises(ConfigError) as err:
+        check_study(db)
+    assert str(err.value).startswith(f"{db}: the search's study database is damaged (file is not a database); "
+                                     "move it away")
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(ConfigError, match="dir.db: not a file"):
+        check_study(tmp_path / "dir.db")

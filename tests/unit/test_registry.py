@@ -181,3 +181,42 @@ def test_promote_on_a_full_disk_changes_nothing(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "index.json" in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert files() == before and reg.index()["current"] == v1
+
+
+def _edit_index(reg: Registry, change) -> bytes:
+    idx = json.loads(reg.index_path.read_text())
+    change(idx)
+    reg.index_path.write_text(json.dumps(idx))
+    return reg.index_path.read_bytes()
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda i: i.update(current="v0009"), "the registry index's 'current' names v0009, which is not among its "
+                                          "versions (v0001, v0002); set it to one of them (or null) in index.json"),
+    (lambda i: i.update(cohorts={"eu": "v0007"}), "'cohorts.eu' names v0007, which is not among its versions"),
+    (lambda i: i.pop("history"), "the registry index has no 'history' (the record of promotions rollback reads); "
+                                 'add "history": [] to it'),
+    (lambda i: i.update(history=[{"time": "x"}]), "the registry index has no 'history.0.current' field"),
+    (lambda i: i.update(versions=[]), "the registry index's 'versions' is [], not an object"),
+    (lambda i: i["versions"].update({"../x": {}}), "lists '../x', not a version name"),
+])
+def test_a_damaged_index_is_one_line_saying_how_to_repair_it(tmp_path, change, said):
+    """Never a KeyError: every command that reads the index (list, resolve, promote, rollback) says what is
+    wrong in which file and what to do, and leaves the file as it was."""
+    reg = Registry(tmp_path / "reg")
+    _commit(reg, 1)
+    _commit(reg, 2)
+    before = _edit_index(reg, change)
+    for command in (reg.index, lambda: reg.resolve("current"), lambda: rollback(reg), lambda: promote(reg, "v0001")):
+        with pytest.raises(CheckpointError) as err:
+            command()
+        assert str(err.value).startswith(f"{reg.index_path}: ") and said in str(err.value)
+    assert reg.index_path.read_bytes() == before
+
+
+def test_a_version_record_of_another_shape_is_named(tmp_path):
+    reg = Registry(tmp_path / "reg")
+    name = reg.commit(_weights(1), {"parent": None, "config": {}, "input_shape": "64"}, {}, [], lambda i, n: None)
+    with pytest.raises(CheckpointError, match=r"meta.json: the version v0001's record's 'input_shape' is \"64\", "
+                                              "not a list"):
+        reg.read_meta(name)

@@ -21,16 +21,17 @@ Overall: PASS when both pass, INCONCLUSIVE when neither fails but one is inconcl
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
 import yaml
 
-from ecotrain.accounting.contention import contended
-from ecotrain.accounting.report import SUMMARY_STRINGS, check_numbers, FIGURES, figure, missing_reason, num, read_ledger, table
+from ecotrain.accounting.report import (SUMMARY_STRINGS, check_numbers, contended, FIGURES, figure, missing_reason,
+                                       num, read_ledger, table)
 from ecotrain.errors import ConfigError
+from ecotrain.jsonfile import read_json
 from ecotrain.stats import Interval, diff_ci, mean_ci, verdict
 
 BY = ("flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost")
@@ -50,12 +51,7 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
             raise ConfigError(f"{run_dir}: not a run folder (no summary.json, no config.yaml); "
                               "give the folders that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no summary.json (the run did not finish)")
-    try:
-        summary = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
-    if not isinstance(summary, dict):
-        raise ConfigError(f"{path}: not a JSON object")
+    summary = read_json(path, "run summary")
     check_numbers(summary, path, SUMMARY_STRINGS)
     return summary, read_ledger(run_dir)
 
@@ -70,6 +66,32 @@ def run_seed(run_dir: str, summary: dict) -> Optional[int]:
             cfg = None
         seed = cfg.get("seed") if isinstance(cfg, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def distinct_runs(side: str, runs: Sequence[str], seeds: Sequence[Optional[int]]) -> None:
+    """A side's runs are distinct runs: each its own folder and its own seed. The same run given twice,
+    or copies of one seed's folder, would count as that many seeds and narrow the interval on no
+    evidence; one line naming them, no verdict."""
+    folders: dict[str, list[str]] = {}
+    by_seed: dict[int, list[str]] = {}
+    for run, seed in zip(runs, seeds):
+        folders.setdefault(os.path.realpath(run), []).append(run)
+        if seed is not None:
+            by_seed.setdefault(seed, []).append(run)
+    same = next((v for v in folders.values() if len(v) > 1), None)
+    if same is not None:
+        raise ConfigError(f"{side} runs {_some(same)} are one run folder given {len(same)} times; each run counts as "
+                          "one seed, so give each once (no verdict)")
+    seed, twice = next(((k, v) for k, v in by_seed.items() if len(v) > 1), (None, None))
+    if twice is not None:
+        raise ConfigError(f"{side} runs {_some(twice)} all trained seed {seed} (copies of one run?); a seed group "
+                          "needs distinct seeds: give each seed once, or train more with `ecotrain fit --seeds 0-4` "
+                          "(no verdict)")
+
+
+def _some(runs: Sequence[str], shown: int = 3) -> str:
+    more = len(runs) - shown
+    return ", ".join(runs[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def pairing(base: Sequence[Optional[int]], cand: Sequence[Optional[int]]) -> Optional[list[int]]:
@@ -113,6 +135,9 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
                           "e.g. 0.5")
     names = {"baseline": list(baseline), "candidate": list(candidate)}
     sides = {k: [load_run(r) for r in v] for k, v in names.items()}
+    seeds = {k: [run_seed(r, s) for r, (s, _) in zip(names[k], sides[k])] for k in names}
+    for side in names:
+        distinct_runs(side, names[side], seeds[side])
     for name, runs in sides.items():
         for r, (s, L) in zip(names[name], runs):
             if s.get(metric) is None:
@@ -120,7 +145,6 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
             if figure(L, by) is None:
                 raise ConfigError(f"--by {by}: {r} has no {FIGURES[by][0]} figure ({missing_reason(L, by)}); "
                                   "compare --by flops or cpu_seconds instead")
-    seeds = {k: [run_seed(r, s) for r, (s, _) in zip(names[k], sides[k])] for k in names}
     order = pairing(seeds["baseline"], seeds["candidate"])
     if order is not None:  # seed by seed against the baseline
         sides["candidate"] = [sides["candidate"][i] for i in order]

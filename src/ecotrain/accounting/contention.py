@@ -117,8 +117,3 @@ def merge(earlier: Optional[dict], now: Optional[dict]) -> Optional[dict]:
             "slowdown": max(earlier["slowdown"], now["slowdown"]), "cpus": now["cpus"],
             "samples": earlier["samples"] + now["samples"],
             "contended_samples": earlier["contended_samples"] + now["contended_samples"]}
-
-
-def contended(ledger: dict) -> bool:
-    """Whether a ledger's measured figures were taken under contention (older ledgers: unknown, False)."""
-    return bool((ledger.get("contention") or {}).get("seen"))

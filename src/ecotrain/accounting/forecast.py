@@ -14,6 +14,12 @@ run trains in the cleanest slots between now and the deadline that together hold
 needs (greedy by intensity: the cleanest hours first, as many as the remaining work fills); with a
 threshold, it also trains whenever the intensity is at or below it. A deadline the remaining work
 cannot meet even running every slot means: train now. Times are POSIX seconds (UTC).
+
+What a file or a setting says is checked where it is read: an intensity must be a finite number >= 0
+(NaN or infinity is refused, naming the file and the point or line), a time must lie within the
+years 1 to 9999 in UTC (what a date can name). A far-off deadline (9999-12-31) is a deadline like any
+other; a time computed past the year 9999 (a simulated clock run on from a far-future start) is
+written as `after 9999-12-31T23:59:59Z`, not an error.
 """
 
 from __future__ import annotations
@@ -21,18 +27,23 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.config_carbon import FORECAST_FILE
 from ecotrain.errors import ConfigError
+from ecotrain.userpath import user_path
 
 SHAPES = ("a Carbon Aware SDK forecast (forecastData: timestamp, duration, value), an ElectricityMaps forecast "
           "(forecast: datetime, carbonIntensity), or a CSV of time,gCO2e/kWh rows")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+FIRST = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()  # the times a date can name, in POSIX seconds
+LAST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
 
 
 @dataclass(frozen=True)
@@ -54,19 +65,50 @@ def parse_time(text, where: str) -> float:
         raise ConfigError(f"{where}: {str(text)[:40]!r} is not an ISO 8601 time (e.g. 2026-12-03T18:00:00Z)") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
-    return t.timestamp()
+    out = t.timestamp()
+    if not FIRST <= out <= LAST:  # 9999-12-31T23:00-05:00 is in the year 10000 in UTC
+        raise ConfigError(f"{where}: {str(text)[:40]!r} lies outside the years 1 to 9999 in UTC; give a time "
+                          "within them (e.g. 2026-12-03T18:00:00Z)")
+    return out
 
 
 def iso(t: float) -> str:
+    """POSIX seconds as ISO 8601 UTC; a time past what a date can name (module doc) says so instead."""
+    if t > LAST:
+        return f"after {iso(LAST)}"
+    if not t >= FIRST:  # NaN too
+        return f"before {iso(FIRST)}"
     return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def parse_deadline(text: str, start: float) -> float:
     """`carbon.deadline`: an ISO time, or a duration from `start` (the run's first start): 90m, 12h, 2d."""
     m = _DURATION.match(text)
-    if m:
-        return start + float(m.group(1)) * _UNIT[m.group(2)]
-    return parse_time(text, "carbon.deadline")
+    if not m:
+        return parse_time(text, "carbon.deadline")
+    end = start + float(m.group(1)) * _UNIT[m.group(2)]
+    if not end <= LAST:  # inf too: 400 digits of days
+        raise ConfigError(f"carbon.deadline: {text.strip()[:40]!r} ends past the year 9999; give a shorter duration "
+                          "(e.g. 12h) or an ISO time")
+    return end
+
+
+def _finite(v) -> float:
+    """A JSON or CSV number as a float; an integer too big for one (10**400) is infinite."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
+def _intensity(v, where: str) -> float:
+    """A forecast value, refused unless a finite number >= 0 (json reads NaN and Infinity, float() 'nan')."""
+    v = _finite(v)
+    if not math.isfinite(v):
+        raise ConfigError(f"{where}: the carbon intensity is {v}; give a finite number of gCO2e/kWh (>= 0)")
+    if v < 0:
+        raise ConfigError(f"{where}: {v:g} is a negative carbon intensity; expected gCO2e/kWh >= 0")
+    return v
 
 
 def _points_json(data, path: Path) -> list[tuple[float, float, Optional[float]]]:
@@ -87,7 +129,11 @@ def _points_json(data, path: Path) -> list[tuple[float, float, Optional[float]]]
             raise ConfigError(f"{path}: point {i} lacks a time (timestamp/datetime) or a numeric value "
                               f"(value/carbonIntensity); expected {SHAPES}")
         d = r.get("duration")
-        out.append((parse_time(t, f"{path}: point {i}"), float(v), float(d) * 60 if isinstance(d, (int, float)) else None))
+        d = _finite(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+        if d is not None and not (math.isfinite(d) and d > 0):
+            raise ConfigError(f"{path}: point {i}: duration {d} is not a positive number of minutes")
+        d = d * 60 if d is not None else None
+        out.append((parse_time(t, f"{path}: point {i}"), _intensity(v, f"{path}: point {i}"), d))
     return out
 
 
@@ -104,7 +150,7 @@ def _points_csv(text: str, path: Path) -> list[tuple[float, float, Optional[floa
             if i == 0:
                 continue  # a header row
             raise ConfigError(f"{path}: line {i + 1}: {row[1][:30]!r} is not a number (gCO2e/kWh)") from None
-        out.append((parse_time(row[0], f"{path}: line {i + 1}"), value, None))
+        out.append((parse_time(row[0], f"{path}: line {i + 1}"), _intensity(value, f"{path}: line {i + 1}"), None))
     if not out:
         raise ConfigError(f"{path}: no forecast rows; expected {SHAPES}")
     return out
@@ -112,7 +158,7 @@ def _points_csv(text: str, path: Path) -> list[tuple[float, float, Optional[floa
 
 def read_forecast(path: str | Path) -> list[Slot]:
     """The forecast's slots in time order; one line for a file that is missing or of another shape."""
-    path = Path(path)
+    path = user_path(path, "carbon.forecast", FORECAST_FILE)  # a FIFO would block the read forever
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -127,8 +173,6 @@ def read_forecast(path: str | Path) -> list[Slot]:
     else:
         points = _points_csv(text, path)
     points.sort(key=lambda p: p[0])
-    if any(v < 0 for _, v, _ in points):
-        raise ConfigError(f"{path}: a negative carbon intensity; expected gCO2e/kWh >= 0")
     slots = []
     for i, (t, v, d) in enumerate(points):
         if i + 1 < len(points):

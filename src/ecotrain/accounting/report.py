@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.errors import ConfigError
+from ecotrain.jsonfile import read_json
 
 # the figures `compare --by` and the tables use, each read from one place in ledger.json
 FIGURES = {
@@ -19,8 +20,18 @@ FIGURES = {
 }
 
 
+LEDGER_FIELDS = {"energy": dict, "co2e": dict, "cost": dict}  # the sections every reader of ledger.json meets
+
+
 def figure(ledger: dict, key: str) -> Optional[float]:
     return FIGURES[key][1](ledger)
+
+
+def contended(ledger: dict) -> bool:
+    """Whether a ledger's measured figures were taken under contention (contention.py; older ledgers:
+    unknown, False). Here, not in contention.py, which imports the callbacks and so torch: compare and
+    report read finished runs and need none."""
+    return bool((ledger.get("contention") or {}).get("seen"))
 
 
 def missing_reason(ledger: dict, key: str) -> str:
@@ -47,13 +58,7 @@ def read_ledger(run_dir, table: bool = False) -> dict:
             raise ConfigError(f"{run_dir}: not a run folder (no ledger.json, no config.yaml); "
                               "give a folder that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no ledger.json (the run had ledger.enabled=false, or did not finish)")
-    try:
-        ledger = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ConfigError(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc})") from None
-    missing = [k for k in ("energy", "co2e", "cost") if not isinstance(ledger, dict) or not isinstance(ledger.get(k), dict)]
-    if missing:
-        raise ConfigError(f"{path}: not an ecotrain ledger (no '{missing[0]}' section)")
+    ledger = read_json(path, "ledger", LEDGER_FIELDS)
     check_readable(ledger, path, table)
     return ledger
 

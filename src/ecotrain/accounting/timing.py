@@ -34,10 +34,10 @@ class CarbonTiming(Callback):
     def __init__(self, cfg, checkpointer, preemption=None, ledger=None):
         self.cfg, self.checkpointer, self.preemption, self.ledger = cfg, checkpointer, preemption, ledger
         self.slots = read_forecast(cfg.forecast)
-        if cfg.deadline:
-            parse_deadline(cfg.deadline, 0.0)  # a bad deadline: one line now, before anything trains
         self.sim: Optional[SimulatedClock] = cfg.clock if isinstance(cfg.clock, SimulatedClock) else None
         self.sim_start = parse_time(self.sim.start, "carbon.clock.start") if self.sim else None
+        if cfg.deadline:  # a bad deadline: one line now, before anything trains (a duration: from this start)
+            parse_deadline(cfg.deadline, self.sim_start if self.sim else time.time())
         self.waited = 0.0  # simulated seconds spent waiting (the simulated clock only)
         self.first_start: Optional[float] = None  # the run's first start: a duration deadline counts from it
         self.intervals: list[dict] = []

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from ecotrain.errors import CheckpointError, os_advice
 from ecotrain.rundir import fsync_dir
+from ecotrain.userpath import user_path
 
 FORMAT = "ecotrain-checkpoint/1"
 FILES = ("tensors.safetensors", "meta.json")
@@ -244,10 +245,13 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict]:
     return tensors, meta
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+def load_state_dict_file(path: Path, what: str = "weights file") -> dict[str, torch.Tensor]:
     """Import plain weights: a .safetensors file, or a PyTorch state_dict file loaded with
-    `weights_only=True` (tensors and plain containers only: no code runs)."""
-    path = Path(path)
+    `weights_only=True` (tensors and plain containers only: no code runs). `what` names the input
+    (`--init-from`, `methods.distill.teacher`) in the line said when `path` is no regular file (exit 3,
+    as for any weights file that cannot be read; the CLI checks --init-from first, as a usage error)."""
+    path = user_path(path, what, "give a .safetensors file or a state_dict file (.pt)",  # a FIFO would block
+                     error=CheckpointError)
     if path.suffix == ".safetensors":
         safetensors_keys(path, str(path))  # one line for a file that is not safetensors
         try:

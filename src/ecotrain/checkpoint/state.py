@@ -64,7 +64,7 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
         "augment": augment.state_dict(),
         "callbacks": cbs.state_dict(),
         "methods": state.methods.state_dict() if state.methods else {},
-        "counters": state.counters.state_dict(),
+        "counters": {**state.counters.state_dict(), "micro_batches": state.plan.raised},  # stepplan.py
         "position": state.position(),
         "data": state.data_source.state_dict() if state.data_source is not None else None,
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,

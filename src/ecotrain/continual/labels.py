@@ -20,12 +20,13 @@ import torch
 import yaml
 
 from ecotrain.errors import ConfigError, DataError
+from ecotrain.userpath import user_path
 
 
 def load_label_map(path: Optional[str | Path]) -> Optional[dict[str, int]]:
     if path is None:
         return None
-    p = Path(path)
+    p = user_path(path, "--label-map", "give a JSON or YAML file mapping raw labels to class ids")  # no FIFO
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

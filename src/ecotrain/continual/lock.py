@@ -29,8 +29,10 @@ def registry_lock(root: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         deadline = time.monotonic() + timeout
         while not try_lock(fd):
             if time.monotonic() >= deadline:
-                raise ConfigError(f"{root}: the registry is locked by another process (pid {holder(fd)}) for "
-                                  f"more than {timeout:.0f}s; wait for it to finish") from None
+                pid = holder(fd)  # what the holder wrote: a pid, unless the file was damaged (then not shown)
+                raise ConfigError(f"{root}: the registry is locked by another process "
+                                  f"({'pid ' + pid if pid.isdigit() else 'pid unknown'}) for more than "
+                                  f"{timeout:.0f}s; wait for it to finish") from None
             time.sleep(0.05)
         yield
     finally:

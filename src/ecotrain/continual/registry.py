@@ -23,7 +23,6 @@ one CheckpointError line. Version names are `v` + digits: never a path.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ import torch
 from ecotrain.continual.lock import LOCK_TIMEOUT, registry_lock
 from ecotrain.checkpoint.format import flatten, read_checkpoint, unflatten, verify_checkpoint, write_checkpoint
 from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.jsonfile import check_fields, read_json
 from ecotrain.rundir import write_json
 
 INDEX_FORMAT = "ecotrain-registry/1"
@@ -44,6 +44,13 @@ VERSION_RE = re.compile(r"v\d{1,9}")
 SLICE_RE = re.compile(r"[\w.+-]{1,64}")
 STATUSES = ("candidate", "promoted", "rejected", "rolled_back")
 DEFAULT_REGISTRY = "registry"
+INDEX_FIX = "restore it from a backup (each version's own files are in versions/)"
+# what the commands read of index.json (format, history and the names' cross-references are checked apart)
+INDEX_FIELDS = {"versions": dict, "versions.*": dict, "current": (str, None), "cohorts": dict, "cohorts.*": str,
+                "history": list, "history.*": dict, "history.*.current": (str, None)}
+# a version's meta.json: checksummed, so a mismatch is another version's format, not damage
+META_FIELDS = {"config?": dict, "input_shape?": list, "input_shape.*?": int, "num_classes?": (int, None),
+               "classes_seen?": list, "slices?": list, "slices.*?": str, "parent?": (str, None), "weights?": str}
 
 
 def check_version_name(name: str) -> str:
@@ -94,13 +101,26 @@ class Registry:
             if self.root.exists() and not self.root.is_dir():
                 raise ConfigError(f"--registry {self.where}: is a file, not a registry folder")
             return {"format": INDEX_FORMAT, "current": None, "cohorts": {}, "versions": {}, "history": []}
-        try:
-            idx = json.loads(self.index_path.read_text())
-        except (ValueError, OSError) as exc:
-            raise CheckpointError(f"{self.index_path}: unreadable ({exc}); the registry index is damaged") from None
-        if not isinstance(idx, dict) or idx.get("format") != INDEX_FORMAT or not isinstance(idx.get("versions"), dict):
-            raise CheckpointError(f"{self.index_path}: not an ecotrain registry index ({INDEX_FORMAT})")
+        path = self.index_path
+        idx = read_json(path, "registry index", {"format": (str, None)}, INDEX_FIX, CheckpointError)
+        if idx["format"] != INDEX_FORMAT:
+            raise CheckpointError(f"{path}: not an ecotrain registry index ({INDEX_FORMAT}); {INDEX_FIX}")
+        if "history" not in idx:
+            raise CheckpointError(f"{path}: the registry index has no 'history' (the record of promotions rollback "
+                                  'reads); add "history": [] to it (rollback then has nothing earlier to go back '
+                                  "to), or restore it from a backup")
         idx.setdefault("cohorts", {})  # an index written before per-cohort versions
+        check_fields(idx, INDEX_FIELDS, path, "registry index", INDEX_FIX, CheckpointError)
+        known = idx["versions"]
+        odd = next((n for n in known if not VERSION_RE.fullmatch(n)), None)
+        if odd is not None:
+            raise CheckpointError(f"{path}: the registry index lists '{odd}', not a version name (v0001, ...); "
+                                  f"remove that entry, or restore it from a backup")
+        for field, name in [("current", idx["current"]), *((f"cohorts.{c}", v) for c, v in idx["cohorts"].items())]:
+            if name is not None and name not in known:
+                raise CheckpointError(f"{path}: the registry index's '{field}' names {name}, which is not among its "
+                                      f"versions ({', '.join(sorted(known)) or 'none'}); set it to one of them (or "
+                                      f"null) in {path.name}, or restore it from a backup")
         return idx
 
     def existing_index(self) -> dict:
@@ -199,7 +219,8 @@ class Registry:
         """A version's meta.json, after verifying the whole folder (manifest, checksums, headers)."""
         folder = self.path(name)
         verify_checkpoint(folder)
-        return json.loads((folder / "meta.json").read_text())
+        return read_json(folder / "meta.json", f"version {name}'s record", META_FIELDS,
+                         "written by another ecotrain version? register the run again", CheckpointError)
 
     def weights(self, name: str) -> Optional[dict]:
         tensors, meta = read_checkpoint(self.path(name))

@@ -12,6 +12,7 @@ import csv
 import importlib
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from ecotrain.config import Config
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.errors import DataError, EcotrainError
+from ecotrain.userpath import user_path
 
 
 def describe(exc: BaseException) -> str:
@@ -81,6 +83,9 @@ def _tensors(x, y, where: str, num_classes=None):
     if x_arr.ndim < 2:
         raise DataError(f"{where}: features must have one row per sample, shape (samples, features...), "
                         f"got shape {x_arr.shape}" + ("; use x[:, None] for one feature" if x_arr.ndim == 1 else ""))
+    if 0 in x_arr.shape[1:]:
+        raise DataError(f"{where}: features have shape {x_arr.shape}, so each sample has no features at all; "
+                        "save at least one feature per sample")
     if y_arr.ndim == 2 and y_arr.shape[1] == 1:
         y_arr = y_arr[:, 0]
     if y_arr.ndim != 1:
@@ -172,10 +177,28 @@ def _npz(cfg: Config):
 
 
 def _csv(cfg: Config):
+    """Columns by name: the feature columns are data.features in that order, or every column but
+    data.target in the file's order; their names are the model's input contract (`inputs`, kept in
+    summary.json; predict and eval read a file's columns by them)."""
     path = _need_path(cfg)
+    header, body = read_csv(path)
+    if cfg.data.target not in header:
+        raise DataError(f"{path}: no column '{cfg.data.target}' (columns: {header}); set data.target")
+    if len(header) < 2:
+        raise DataError(f"{path}: only the label column '{cfg.data.target}'; at least one feature column is needed")
+    names = csv_features(header, cfg.data.features, cfg.data.target, path)
+    feats = csv_numbers(path, header, body, names)
+    labels = [r[0] for r in csv_numbers(path, header, body, [cfg.data.target])]
+    return _tensors(feats, labels, str(path)), None, None, {"columns": names}
+
+
+def read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV file: a header of distinct names (columns are read by name), then at
+    least one row, every row as long as the header. `header_only`: the header and the first row alone."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not in the header
-            rows = list(csv.reader(f))
+            reader = csv.reader(f)
+            rows = [r for r, _ in zip(reader, range(2))] if header_only else list(reader)
     except (OSError, UnicodeDecodeError) as exc:
         raise _unreadable(path, exc, "CSV file") from None
     except csv.Error as exc:
@@ -183,35 +206,52 @@ def _csv(cfg: Config):
     if len(rows) < 2:
         raise DataError(f"{path}: needs a header row and at least one data row")
     header, body = rows[0], rows[1:]
-    if cfg.data.target not in header:
-        raise DataError(f"{path}: no column '{cfg.data.target}' (columns: {header}); set data.target")
-    if len(header) < 2:
-        raise DataError(f"{path}: only the label column '{cfg.data.target}'; at least one feature column is needed")
-    t = header.index(cfg.data.target)
-    feats, labels = [], []
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:
+        where = [i + 1 for i, c in enumerate(header) if c == twice]
+        raise DataError(f"{path}: column '{twice}' is named {len(where)} times in the header (columns "
+                        f"{', '.join(map(str, where))}); columns are read by name: rename or drop all but one")
     for i, r in enumerate(body, start=2):
         if len(r) != len(header):
             raise DataError(f"{path}:{i}: {len(r)} fields, header has {len(header)}")
-        try:
-            feats.append([float(v) for j, v in enumerate(r) if j != t])
-            labels.append(float(r[t]))
-        except ValueError as exc:
-            raise DataError(f"{path}:{i}: not a number ({exc})") from None
-    return _tensors(feats, labels, str(path)), None, None
+    return header, body
+
+
+def csv_features(header: list[str], features, target: Optional[str], path: Path) -> list[str]:
+    """The feature columns by name: `features` (data.features) in that order, each present, or every
+    column but `target` (None: a file without labels) in the file's order."""
+    if features:
+        missing = [c for c in features if c not in header]
+        if missing:
+            raise DataError(f"{path}: no feature column '{missing[0]}' (columns: {header}); fix data.features")
+        return list(features)
+    return [c for c in header if c != target]
+
+
+def csv_numbers(path: Path, header: list[str], body: list[list[str]], names: list[str]) -> list[list[float]]:
+    """The named columns of every row, as numbers."""
+    at = [header.index(c) for c in names]
+    try:
+        return [[float(r[j]) for j in at] for r in body]
+    except ValueError as exc:
+        row = next(i for i, r in enumerate(body, start=2) if not _all_numbers(r[j] for j in at))
+        raise DataError(f"{path}:{row}: not a number ({exc})") from None
+
+
+def _all_numbers(cells) -> bool:
+    try:
+        [float(v) for v in cells]
+    except ValueError:
+        return False
+    return True
 
 
 def _need_path(cfg: Config) -> Path:
     if not cfg.data.path:
         raise DataError(f"data.path: required for data.name={cfg.data.name}")
-    p = Path(cfg.data.path)
-    if p.is_dir():
-        raise DataError(f"data.path: {p} is a folder; give the .{cfg.data.name} file")
-    if p.exists() and not p.is_file():  # a device or a pipe (/dev/null)
-        raise DataError(f"data.path: {p} is not a regular file; give the .{cfg.data.name} file")
-    if not p.is_file():
-        # a run's config.yaml keeps the path as given: `resume`/`eval` from another folder look elsewhere
-        where = "" if p.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
-        raise DataError(f"data.path: {p} not found{where}")
+    # a FIFO or a device is refused before it is opened; a run's config.yaml keeps the path as given, so
+    # `resume`/`eval` from another folder look elsewhere (user_path says from where)
+    p = user_path(cfg.data.path, "data.path", f"give the .{cfg.data.name} file", error=DataError)
     try:
         with open(p, "rb"):
             pass
@@ -311,10 +351,10 @@ def load_data(cfg: Config) -> DataBundle:
         from ecotrain.data.text import load_text
 
         return load_text(cfg)
-    own_val = None
+    own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv)
     if name in BUILTIN:
         try:
-            (x, y), test, num_classes = BUILTIN[name](cfg)
+            (x, y), test, num_classes, *named = BUILTIN[name](cfg)  # csv adds its feature columns' names
         except EcotrainError:
             raise
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as exc:
@@ -325,6 +365,8 @@ def load_data(cfg: Config) -> DataBundle:
                             f"and data.kwargs={cfg.data.kwargs} ({describe(exc)})") from None
         base = ArraySource(x, y)
         test_src = ArraySource(*test) if test is not None else None
+        if named:
+            inputs = named[0]
     elif name.startswith(("hf:", "parquet:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
         base, own_val, test_src, num_classes = _on_disk(cfg)
     else:
@@ -351,7 +393,8 @@ def load_data(cfg: Config) -> DataBundle:
     val = subset(base, held) if len(held) else None
     train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
-    return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]), extra=_stream_extra(train))
+    extra = _stream_extra(train) | ({"inputs": inputs} if inputs else {})
+    return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]), extra=extra)
 
 
 # An inferred head this wide, for labels this sparse, is a file of ids (user ids, years), not class ids:

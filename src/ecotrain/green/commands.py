@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ecotrain.errors import ConfigError
@@ -62,8 +63,15 @@ def cmd_green(args) -> int:
     from ecotrain.rundir import write_json
     from ecotrain.sweep import parse_seeds
 
+    for flag, value in (("--tolerance", args.tolerance), ("--budget-runs", args.budget_runs),
+                        ("--min-cost-cut", args.min_cost_cut), ("--margin", args.margin)):
+        if value is not None and not math.isfinite(value):  # NaN passed every `<` check below, and failed them all later
+            raise ConfigError(f"{flag} {value}: give a finite number")
     if args.tolerance < 0 or args.budget_runs <= 0 or args.trials < 1:
         raise ConfigError("--tolerance must be >= 0, --budget-runs > 0 and --trials >= 1")
+    if args.min_cost_cut > 1:  # compare would refuse it too, but only after the whole search
+        raise ConfigError(f"--min-cost-cut {args.min_cost_cut:g}: a fraction of the baseline's cost, at most 1 "
+                          "(e.g. 0.5)")
     overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
     if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
         raise ConfigError("ecotrain green: --seed sets the design seed and --seeds-confirm the fresh ones; "

@@ -10,7 +10,6 @@ feeds back into the choice.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Optional, Sequence
 from ecotrain.accounting.compare import judge
 from ecotrain.accounting.report import figure, read_ledger
 from ecotrain.errors import ConfigError
+from ecotrain.jsonfile import read_json
 from ecotrain.stats import Interval, diff_ci
 from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
 
@@ -66,7 +66,8 @@ def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seed
     base_runs, green_runs = read_group(base_g), read_group(green_g)
     report, verdict = judge(base_runs, green_runs, tolerance, min_cost_cut, by, metric)
     bc, gc = group_cost(base_g, by), group_cost(green_g, by)
-    b, g = ([json.loads((Path(r) / "summary.json").read_text())[metric] for r in runs] for runs in (base_runs, green_runs))
+    b, g = ([read_json(Path(r) / "summary.json", "run summary", {metric: float})[metric] for r in runs]
+            for runs in (base_runs, green_runs))
     drop = diff_ci(b, g, paired=True) if "loss" not in metric else diff_ci(g, b, paired=True)  # same seeds, same order
     return Confirmation(base_g, green_g, report, verdict == "PASS", verdict, drop, (sum(gc) / len(gc)) / (sum(bc) / len(bc)),
                         sum(bc) / len(bc) - sum(gc) / len(gc), sum(bc) / len(bc),

@@ -31,17 +31,19 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sqlite3
 import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ecotrain.accounting.report import figure, missing_reason, read_ledger
+from ecotrain.accounting.report import SUMMARY_STRINGS, check_numbers, figure, missing_reason, read_ledger
 from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
 from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.green import space
+from ecotrain.jsonfile import RUN_FIX, read_json
 from ecotrain.log import log
 from ecotrain.stats import mean_ci
 
@@ -123,6 +125,13 @@ class Search:
         return self.baseline["cost"] + sum(r.cost or 0.0 for r in self.rows) + sum(c["cost"] for c in self.checks)
 
 
+def _storage_errors() -> type:
+    """The database errors Optuna's storage raises (SQLAlchemy's, a dependency of Optuna)."""
+    from sqlalchemy.exc import SQLAlchemyError  # with Optuna only
+
+    return SQLAlchemyError
+
+
 def need_optuna() -> None:
     if optuna is None:
         raise ConfigError("ecotrain green needs Optuna: pip install 'ecotrain[green]'")
@@ -132,10 +141,17 @@ def higher_is_better(metric: str) -> bool:
     return "loss" not in metric
 
 
+def read_summary(run_dir: Path) -> dict:
+    """A finished run's summary.json, read back checked (jsonfile.py): the figures the search reads."""
+    summary = read_json(run_dir / "summary.json", "run summary", {"steps": int, "stopped_because": str})
+    check_numbers(summary, run_dir / "summary.json", SUMMARY_STRINGS)
+    return summary
+
+
 def read_run(run_dir: Path, metric: str, by: str) -> dict:
     """The figures the search reads from a finished run: validation metric, cost, FLOPs, samples."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    if metric not in summary:
+    summary = read_summary(run_dir)
+    if summary.get(metric) is None:
         raise ConfigError(f"--metric {metric}: not in {run_dir}/summary.json (has "
                           f"{', '.join(k for k in summary if k.startswith('val_')) or 'no val_* figure'})")
     ledger = read_ledger(run_dir)
@@ -150,13 +166,42 @@ def read_run(run_dir: Path, metric: str, by: str) -> dict:
 
 def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
     """(fraction of the schedule, validation metric) at each evaluation of a finished run."""
-    steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+    steps = read_summary(run_dir)["steps"]
     points = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if metric in rec and "step" in rec:
-            points.append((rec["step"] / steps, float(rec[metric])))
+    path = run_dir / "metrics.jsonl"
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line cut by a kill mid-write: the curve is read from the others
+            continue
+        if not isinstance(rec, dict) or metric not in rec or "step" not in rec:
+            continue
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (rec["step"], rec[metric])):
+            raise ConfigError(f"{path}:{n}: '{metric}' or 'step' is not a number; {RUN_FIX}")
+        points.append((rec["step"] / max(steps, 1), float(rec[metric])))
     return points
+
+
+def check_study(path: Path) -> None:
+    """The study database an earlier try left, read as SQLite before anything trains: a damaged one is
+    one line here, not a database traceback after the baseline's run."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file; the search keeps its study there: move it away, or choose another "
+                          "--out")
+    fix = (f"move it away to start the search's record again (the runs already finished under {path.parent} "
+           "are read back, not trained again), or choose another --out")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            said = con.execute("PRAGMA quick_check").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{path}: the search's study database is damaged ({exc}); {fix}") from None
+    if said != [("ok",)]:
+        raise ConfigError(f"{path}: the search's study database is damaged ({str(said[0][0])[:80]}); {fix}")
 
 
 def at(curve: list[tuple[float, float]], p: float) -> Optional[float]:
@@ -241,6 +286,7 @@ def _constraints(trial) -> list[float]:
 
 def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) -> Search:
     need_optuna()
+    check_study(opts.out / "study.db")
     opts.out.mkdir(parents=True, exist_ok=True)
     allowed = opts.allowed
     base_cfg = load_config(opts.recipe, opts.overrides)
@@ -256,9 +302,14 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
 
     logging.getLogger("optuna").setLevel(logging.WARNING)  # one line per trial is ours
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE
-    study = optuna.create_study(study_name=STUDY, storage=f"sqlite:///{opts.out / 'study.db'}", load_if_exists=True,
-                                direction="minimize", pruner=gap_pruner(allowed),
-                                sampler=_sampler(opts, 0))
+    pruner, sampler = gap_pruner(allowed), _sampler(opts, 0)
+    try:
+        study = optuna.create_study(study_name=STUDY, storage=f"sqlite:///{opts.out / 'study.db'}",
+                                    load_if_exists=True, direction="minimize", pruner=pruner, sampler=sampler)
+    except (RuntimeError, ValueError, sqlite3.Error, _storage_errors()) as exc:  # a readable SQLite file, not our study
+        raise ConfigError(f"{opts.out / 'study.db'}: not a study this search can continue "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}); move it "
+                          "away, or choose another --out") from None
     # the trials' share of the budget: the rest is the baseline's run and the check on more design seeds
     budget = (opts.budget_runs - CHECK_RESERVE * len(opts.check_seeds)) * base["flops"]
     number = 0

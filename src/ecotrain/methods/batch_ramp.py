@@ -32,6 +32,7 @@ from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import epoch_order, plain
+from ecotrain.stepplan import step_batch_size
 
 EXPONENT = {"none": 0.0, "linear": 1.0, "sqrt": 0.5}
 
@@ -81,7 +82,7 @@ class BatchRamp(Method):
             raise ConfigError("methods.batch_ramp: not under torchrun (ranks shard fixed-size batches); "
                               "drop it or train in one process")
         self.key, self.rule, self.steps = "batch_ramp", cfg.lr_scaling, cfg.steps
-        self.full = run.data.batch_size * run.loop.accumulate
+        self.full = step_batch_size(run)
         fracs = [cfg.start + (1 - cfg.start) * i / cfg.stages for i in range(cfg.stages)]
         self.sizes = [max(1, round(self.full * f)) for f in fracs]
         self.sampler = None

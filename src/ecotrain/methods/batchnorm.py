@@ -197,7 +197,7 @@ class BatchNormPolicy(Method):
 
     def on_fit_start(self, state):
         per_rank = -(-state.config.data.batch_size // state.dist.world_size)
-        self.micro_batch = -(-per_rank // (state.counters.micro_batches or state.config.loop.accumulate))
+        self.micro_batch = -(-per_rank // state.plan.micro_batches)
 
     def train_mode(self, model):
         if self.policy == "freeze_stats":

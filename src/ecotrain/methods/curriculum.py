@@ -35,6 +35,7 @@ from ecotrain.errors import ConfigError, DataError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import generator
+from ecotrain.userpath import user_path
 
 _SALT = 7
 
@@ -94,6 +95,8 @@ class Curriculum(Method):
 
     @staticmethod
     def _from_file(path: Path, n: int) -> torch.Tensor:
+        user_path(path, "methods.curriculum.path", f"give an .npy file of {n} scores, one per train sample",
+                  error=DataError)  # a FIFO would block the read forever
         try:
             a = np.load(path, allow_pickle=False)
         except Exception as exc:

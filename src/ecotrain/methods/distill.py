@@ -151,7 +151,7 @@ class Distill(Method):
             x0, _ = self.source.take(torch.tensor([0]))
             classes = int(self.source.labels().max()) + 1
             teacher = build_model(tm, tuple(x0.shape[1:]), classes)
-            load_model_weights(teacher, load_state_dict_file(path), path)
+            load_model_weights(teacher, load_state_dict_file(path, "methods.distill.teacher"), path)
             self.facts["teacher_cost_note"] = "a bare weights file: the teacher's training cost is unknown"
         self.facts["teacher"] = str(path)
         self.facts["teacher_parameters"] = sum(p.numel() for p in teacher.parameters())

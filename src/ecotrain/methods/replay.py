@@ -48,6 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ecotrain.device import current_index, same_device
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
+from ecotrain.userpath import user_path
 
 
 @dataclass
@@ -89,9 +90,7 @@ def run_file(path: str | Path, where: str, name: str = "export.safetensors") -> 
     p = Path(path)
     if p.is_dir():
         p = p / name
-    if not p.is_file():
-        raise ConfigError(f"{where}: {p} not found; give the previous run folder or its {name}")
-    return p
+    return user_path(p, where, f"give the previous run folder or its {name}")  # a FIFO would block the read
 
 
 def exported_file(path: str | Path, where: str) -> Path:

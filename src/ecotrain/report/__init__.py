@@ -63,6 +63,7 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
         from ecotrain.errors import ConfigError
 
         raise ConfigError("report: give at least one run folder")
+    plots.load_matplotlib()  # first: its import holds a stop signal back (plots.py says why); the rest is ours
     runs = [read_run(p) for _, p in paths]
     group_of = [g for g, _ in paths]
     diagnoses = [diagnose_run(r) for r in runs]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import signal
+import threading
 from typing import Optional, Sequence
 
 from ecotrain.errors import ConfigError
@@ -13,12 +15,27 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e3
 DPI = 100
 
 
-def _figure(width: float, height: float, ncols: int = 1):
+def load_matplotlib():
+    """matplotlib's Figure and Agg canvas (the `report` extra), imported with SIGINT and SIGTERM held
+    back. Raised inside this import, the KeyboardInterrupt of a stop signal (cli.py: commands that do
+    not train stop at once) can be swallowed where a C extension imports numpy and turned into an
+    ImportError, leaving half-imported modules that fail later with an unrelated error (exit 1, or
+    "needs matplotlib") instead of 130. Held back, the signal arrives as soon as the import is done."""
+    held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if held else None
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise ConfigError("ecotrain report: needs matplotlib; pip install 'ecotrain[report]'") from None
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a signal that came meanwhile is delivered here
+    return Figure, FigureCanvasAgg
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    Figure, FigureCanvasAgg = load_matplotlib()
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]

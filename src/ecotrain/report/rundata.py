@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.accounting.report import SUMMARY_STRINGS, check_numbers, check_readable
+from ecotrain.accounting.report import LEDGER_FIELDS, SUMMARY_STRINGS, check_numbers, check_readable
 from ecotrain.errors import ConfigError
+from ecotrain.jsonfile import read_json
 
 
 @dataclass
@@ -57,19 +58,14 @@ class RunData:
         return f"{self.name} ({self.path.name})" if self.path.name != self.name else self.name
 
 
-def _json(path: Path, notes: list) -> Optional[dict]:
+def _json(path: Path, notes: list, what: str, fields: Optional[dict] = None) -> Optional[dict]:
+    """The file read back as every command does (jsonfile.py), or None with a note: a hand-edited or
+    damaged file is left out of the page, never met by its arithmetic."""
     if not path.is_file():
         return None
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        notes.append(f"{path.name}: not readable JSON ({type(exc).__name__})")
-        return None
-    if not isinstance(obj, dict):
-        notes.append(f"{path.name}: not a JSON object")
-        return None
-    try:  # a hand-edited or damaged file: left out with a note, never met by the page's arithmetic
-        check_numbers(obj, path.name, SUMMARY_STRINGS if path.name == "summary.json" else frozenset())
+        obj = read_json(path, what, fields)
+        check_numbers(obj, path, SUMMARY_STRINGS if path.name == "summary.json" else frozenset())
     except ConfigError as exc:
         notes.append(f"{exc}; left out of the report")
         return None
@@ -94,21 +90,18 @@ def read_run(run_dir) -> RunData:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         run.notes.append(f"config.yaml: not readable ({type(exc).__name__})")
     run.name = str(run.config.get("name") or path.name)
-    run.summary = _json(path / "summary.json", run.notes)
-    if run.summary is None and (path / "config.yaml").is_file():
+    run.summary = _json(path / "summary.json", run.notes, "run summary")
+    if not (path / "summary.json").is_file() and (path / "config.yaml").is_file():
         run.notes.append("no summary.json: the run did not finish (or is still running)")
-    run.ledger = _json(path / "ledger.json", run.notes)
-    if run.ledger is not None and not all(isinstance(run.ledger.get(k), dict) for k in ("energy", "co2e", "cost")):
-        run.notes.append("ledger.json: not an ecotrain ledger")
-        run.ledger = None
+    run.ledger = _json(path / "ledger.json", run.notes, "ledger", LEDGER_FIELDS)
     if run.ledger is not None:
         try:
-            check_readable(run.ledger, "ledger.json")
+            check_readable(run.ledger, path / "ledger.json")
         except ConfigError as exc:
             run.notes.append(f"{exc}; left out of the report")
             run.ledger = None
-    run.environment = _json(path / "environment.json", run.notes)
-    run.mlflow = _json(path / "mlflow.json", run.notes)
+    run.environment = _json(path / "environment.json", run.notes, "environment record")
+    run.mlflow = _json(path / "mlflow.json", run.notes, "MLflow record")
     _read_metrics(run)
     _read_checkpoints(run)
     run.files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
