@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ecotrain.errors import (EXIT_DIVERGED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError, ConfigError,
+from ecotrain.errors import (EXIT_FAILURE, EXIT_USAGE, ConfigError,
                              EcotrainError, os_error_line)
 from ecotrain.userpath import user_path
 
@@ -142,7 +142,6 @@ COMMAND_MODULES: list[str] = [
 
 
 def cmd_fit(args) -> int:
-    from pathlib import Path
 
     from ecotrain.config import load_config
 
@@ -164,84 +163,31 @@ def cmd_fit(args) -> int:
 
     # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
     threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
+    from ecotrain.entry import fit_recipe
+
+    def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:
+        return _hard_exit(fit_recipe(args.recipe, overrides, run_dir, quiet=args.quiet, resume=resume,
+                                     allow_config_change=args.allow_config_change, init_from=args.init_from,
+                                     keep_optimizer=args.keep_optimizer, overwrite=overwrite, preemption=_PREEMPTION))
+
     if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
         from ecotrain.sweep import fit_seeds
 
-        return fit_seeds(args, cfg.name, cmd_fit)
-    from ecotrain.rundir import hold
-
-    with hold(args.run_dir):  # the decision below and the run: one command in the folder at a time
-        resume, overwrite = None, args.overwrite
-        if args.resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
-            from ecotrain.resume import auto
-
-            resume, overwrite = auto(args.run_dir, overwrite)
-        elif args.resume:
-            resume = Path(args.resume)
-        return _run(cfg, args.run_dir, args.quiet, resume, args.allow_config_change, args.init_from,
-                    args.keep_optimizer, overwrite)
+        return fit_seeds(args.recipe, args.overrides, args.seeds, args.run_dir, cfg.name, resume=args.resume,
+                         overwrite=args.overwrite, fit_one=one)
+    return one(args.overrides, args.run_dir)
 
 
 def cmd_resume(args) -> int:
-    from pathlib import Path
+    from ecotrain.entry import resume_run
 
-    from ecotrain.rundir import hold
-
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
-    with hold(run_dir):  # which checkpoint, and the run from it: one command in the folder at a time
-        return _resume(args, run_dir)
+    return _hard_exit(resume_run(args.run_dir, args.overrides, quiet=args.quiet,
+                                 allow_config_change=args.allow_config_change, preemption=_PREEMPTION))
 
 
-def _resume(args, run_dir) -> int:
-    from ecotrain.checkpoint import latest_valid
-    from ecotrain.checkpoint.manager import list_checkpoints
-    from ecotrain.config import load_config
-    from ecotrain.log import log
-
-    ckpt = latest_valid(run_dir, log.warning)
-    if ckpt is None:
-        why = "no valid checkpoint (each was skipped above)" if list_checkpoints(run_dir) else "empty or missing"
-        raise CheckpointError(f"{run_dir}/checkpoints: {why}, so there is nothing to resume; start the run "
-                              f"again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
-    cfg = load_config(run_dir / "config.yaml", args.overrides)
-    log.info(f"resuming from {ckpt}")
-    return _run(cfg, run_dir, args.quiet, ckpt, args.allow_config_change)
-
-
-def _run(cfg, run_dir, quiet, resume=None, allow_config_change=False, init_from=None, keep_optimizer=False,
-         overwrite=False) -> int:
-    from ecotrain.trainer import fit
-
-    result = fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
-                 init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite, preemption=_PREEMPTION)
-    s = result.summary
-    if result.state is None:  # a finished run: nothing was trained or written
-        print(f"already finished: {s['stopped_because']} after {s['steps']} steps; run folder {result.run_dir} "
-              "kept as it is")
-        return 0
-    dist = result.state.dist
-    code = EXIT_PREEMPTED if s["stopped_because"] == "preempted" else EXIT_DIVERGED if s["stopped_because"] == "diverged" else 0
-    if dist.world_size > 1:
+def _hard_exit(code: int) -> int:
+    if _torchrun_worker():
         _HARD_EXIT.append(code)  # a torchrun worker: end with os._exit (see main)
-    if not dist.is_main:  # under torchrun, rank 0 alone reports
-        return code
-    if s["stopped_because"] == "preempted":
-        after = s.get("notice_to_checkpoint_s")
-        print(f"preempted at step {s['steps']}; checkpoint {s['checkpoint']}"
-              + (f" ({after:.2f} s after the notice)" if after is not None else ""))
-        print(f"continue with: ecotrain resume {result.run_dir}")
-        return code
-    line = f"stopped: {s['stopped_because']} after {s['steps']} steps ({s['epochs']} epochs) in {s['train_seconds']:.1f}s"
-    print(line)
-    if "test_accuracy" in s:
-        print(f"test_accuracy: {s['test_accuracy']:.4f}")
-    print(f"run folder: {result.run_dir}")
-    if (result.run_dir / "ledger.json").is_file():
-        from ecotrain.accounting import read_ledger, summary_line
-
-        print(summary_line(read_ledger(result.run_dir, table=True)))
     return code
 
 

@@ -111,53 +111,52 @@ def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
                           "pass --overwrite to retrain the group")
 
 
-def fit_seeds(args, name: str, fit_one: Callable) -> int:
-    """`ecotrain fit RECIPE --seeds ...`: `fit_one(args)` (cli.cmd_fit) once per seed, each with its own
-    run folder and `seed=N`, keeping the group file current. Stops at the first run that does not end
-    normally (preempted, diverged) and returns its exit code; `--resume auto` then continues the group."""
-    import argparse
-
+def fit_seeds(recipe, overrides: list, seeds_text: str, run_dir, name: str, *, resume=None, overwrite: bool = False,
+              fit_one: Callable) -> int:
+    """`ecotrain fit RECIPE --seeds ...`: `fit_one(overrides, run_dir)` (entry.fit_recipe with the
+    command's options) once per seed, each with its own run folder and `seed=N`, keeping the group
+    file current. Stops at the first run that does not end normally (preempted, diverged) and returns
+    its exit code; `resume="auto"` then continues the group."""
     from ecotrain.log import log
     from ecotrain.rundir import default_run_dir, file_in_the_way, holds_run
 
-    seeds = parse_seeds(args.seeds)
-    if any(o.split("=", 1)[0].strip() == "seed" for o in args.overrides):
+    seeds = parse_seeds(seeds_text)
+    overrides = list(overrides)
+    if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
         raise ConfigError("--seeds sets each run's seed; drop the seed=... override")
-    if args.resume not in (None, "auto"):
+    if resume not in (None, "auto"):
         raise ConfigError("--seeds: --resume takes only `auto` here (each seed's folder continues from its own "
                           "newest checkpoint)")
-    if args.resume == "auto" and not args.run_dir:
+    if resume == "auto" and not run_dir:
         raise ConfigError("--resume auto: needs --run-dir (the prefix the group's folders share)")
-    prefix = Path(args.run_dir) if args.run_dir else default_run_dir(name)
+    prefix = Path(run_dir) if run_dir else default_run_dir(name)
     group, runs = group_paths(prefix, seeds)
     if group.exists() and not group.is_file():
         raise ConfigError(f"{group}: exists and is not a file; choose another --run-dir")
     blocked = file_in_the_way(group)
     if blocked is not None:
         raise ConfigError(f"--run-dir {prefix}: {blocked} is a file, not a folder; choose another --run-dir")
-    if not args.resume and not args.overwrite:  # refused now, not after the first seeds have trained
-        for run_dir in runs:
-            if holds_run(run_dir):
-                raise ConfigError(f"{run_dir}: already holds a run; continue the group with `--resume auto`, "
+    if not resume and not overwrite:  # refused now, not after the first seeds have trained
+        for one in runs:
+            if holds_run(one):
+                raise ConfigError(f"{one}: already holds a run; continue the group with `--resume auto`, "
                                   "choose a fresh --run-dir, or pass --overwrite to replace it")
     group.parent.mkdir(parents=True, exist_ok=True)
-    finished = _finished_before(group, runs) if args.resume else []
-    for seed, run_dir in zip(seeds, runs):
-        if run_dir in finished:
-            _same_config(run_dir, args.recipe, [*args.overrides, f"seed={seed}"])
-    write_group(group, name, args.recipe, args.overrides, seeds, runs, finished)
-    for seed, run_dir in zip(seeds, runs):
-        if run_dir in finished:
-            log.info(f"seed {seed}: {run_dir} finished before; kept")
+    finished = _finished_before(group, runs) if resume else []
+    for seed, one in zip(seeds, runs):
+        if one in finished:
+            _same_config(one, recipe, [*overrides, f"seed={seed}"])
+    write_group(group, name, recipe, overrides, seeds, runs, finished)
+    for seed, one in zip(seeds, runs):
+        if one in finished:
+            log.info(f"seed {seed}: {one} finished before; kept")
             continue
-        log.info(f"seed {seed}: {run_dir}")
-        one = argparse.Namespace(**{**vars(args), "seeds": None, "run_dir": str(run_dir),
-                                    "overrides": [*args.overrides, f"seed={seed}"]})
-        code = fit_one(one)
+        log.info(f"seed {seed}: {one}")
+        code = fit_one([*overrides, f"seed={seed}"], str(one))
         if code != 0:
             print(f"group stopped at seed {seed}; {group} names every run (continue with --resume auto)")
             return code
-        finished.append(run_dir)
-        write_group(group, name, args.recipe, args.overrides, seeds, runs, finished)
+        finished.append(one)
+        write_group(group, name, recipe, overrides, seeds, runs, finished)
     print(f"group: {group} ({len(runs)} runs; compare with `ecotrain compare BASELINE-group.json {group}`)")
     return 0

@@ -9,6 +9,9 @@ The Task protocol (docs/architecture.md) is the one place that knows what a batc
     count_units(batch) -> int | Tensor      optional: the same count, left on the device (no host sync)
     metrics() -> {name: metric}             fresh stateful metrics (metrics.py) for one evaluation,
                                             each updated with (predictions(outputs), targets(batch))
+    xy: bool                                optional (False when absent): an `(x, y)` tuple batch is
+                                            `model(x)` and target `y`; the loop then calls
+                                            `loss(model(x), batch)` without `forward` (its fast path)
 
 `units` is its own call, not part of `loss`: it is read only when a step is cut into micro-batches
 (a token count is a host sync). `unit_counts` reads every micro-batch's count in one device->host

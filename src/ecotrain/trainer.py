@@ -35,7 +35,7 @@ from ecotrain.state import TrainState
 class RunResult:
     run_dir: Path
     summary: dict
-    model: Optional[nn.Module]  # None: a finished run resumed with no model given (nothing was built)
+    model: nn.Module
     state: Optional[TrainState]  # None: a finished run resumed (nothing trained)
 
 
@@ -68,20 +68,17 @@ def fit(config: Config, *, model: Optional[nn.Module] = None, data: Any = None,
     with rundir.hold(run_dir):  # from the first decision to the last write: one command in the folder
         if resume == "auto":  # the newest valid checkpoint in run_dir, or a fresh start (a restarted job)
             resume, overwrite = resume_mod.auto(run_dir, overwrite)
-        done = resume_mod.finished(run_dir, resume, config)
-        if done is not None:
-            return _finished(Path(run_dir), done, model)
         return _fit_options(config, UserParts(model, data, loss_fn, metrics, callbacks, methods, task, optimizer,
                                               scheduler), run_dir, quiet, resume, allow_config_change, init_from,
                             keep_optimizer, overwrite, preemption)
 
 
-def _finished(run_dir: Path, summary: dict, model: Optional[nn.Module]) -> RunResult:
-    """A resume of a finished run: nothing trained, nothing written; the user's model gets its weights."""
+def _finished(run_dir: Path, summary: dict, model: nn.Module) -> RunResult:
+    """A resume of a finished run (checked like any resume: config, data, weights): nothing trained,
+    nothing written; the model gets the run's final weights (model.safetensors)."""
     log.info(f"{run_dir}: the run finished at step {summary['steps']} ({summary['stopped_because']}); nothing "
              "to resume, its files are kept as they are")
-    if model is not None:
-        load_model_weights(model, load_file(str(run_dir / "model.safetensors")), run_dir / "model.safetensors")
+    load_model_weights(model, load_file(str(run_dir / "model.safetensors")), run_dir / "model.safetensors")
     return RunResult(run_dir, summary, model, None)
 
 
@@ -116,6 +113,10 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
         run = assemble(cfg, dist, resolve_device(cfg.device), parts, opts, preemption)
         if preemption.requested:  # a signal during set-up: nothing trained, nothing to keep
             raise PreemptedError(f"{preemption.requested} received during start-up; nothing was trained yet")
+        done = resume_mod.finished(opts.run_dir, opts.resume, cfg)  # after the resume's checks, before a write
+        if done is not None:
+            run.folder.release()
+            return _finished(run.folder.path, done, dist.unwrap(run.state.model))
         run.folder.accept(cfg.to_dict(), run.metrics_offset)
         if run.memory_plan is not None and dist.is_main:  # memory.budget's choice: a resume reads it back
             write_json(run.folder.path / PLAN_FILE, run.memory_plan)

@@ -166,19 +166,20 @@ def test_resume_adds_segments(tiny_cfg, tmp_path):
 
 
 def test_resuming_a_finished_run_keeps_its_flops(tiny_cfg, tmp_path):
-    """A job restarted after its run finished (`fit --resume auto`, `resume`) trains no step, so measures
-    none: its ledger.json said `flops: null`, losing the run's count (and `compare --by flops` with it)."""
+    """A job restarted after its run finished (`fit --resume auto`, `resume`) trains no step: the run is
+    finished, so nothing is rewritten (its ledger.json once said `flops: null`, losing the run's count);
+    a resume that extends the budget is a new segment that keeps the count."""
     cfg = tiny_cfg(**{"ledger.energy": "off", "loop.max_steps": 20, "loop.eval_every": None})
     first = fit(cfg, run_dir=tmp_path)
-    a = ledger_of(tmp_path)
-    fit(cfg, run_dir=tmp_path, resume=first.state.last_checkpoint)
-    b = ledger_of(tmp_path)
-    assert b["segments"] == 2 and b["steps"] == 20
-    for k in ("total", "train", "eval", "measured_step_flops", "per_train_sample", "method"):
-        assert b["flops"][k] == a["flops"][k], k
-    fit(cfg, run_dir=tmp_path, resume=first.state.last_checkpoint)  # a third segment, from the re-saved step 20
+    a, files = ledger_of(tmp_path), {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    again = fit(cfg, run_dir=tmp_path, resume=first.state.last_checkpoint)
+    assert again.state is None and again.summary["steps"] == 20  # finished: nothing trained
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == files  # nothing rewritten
+    assert all(torch.equal(x, y) for x, y in zip(first.model.state_dict().values(), again.model.state_dict().values()))
+    longer = tiny_cfg(**{"ledger.energy": "off", "loop.max_steps": 24, "loop.eval_every": None})
+    fit(longer, run_dir=tmp_path, resume=first.state.last_checkpoint, allow_config_change=True)
     c = ledger_of(tmp_path)
-    assert c["flops"]["total"] == a["flops"]["total"]
+    assert c["segments"] == 2 and c["steps"] == 24 and c["flops"]["total"] > a["flops"]["total"]
     # it read "an earlier segment: an earlier segment: ledger.energy=off" after two resumes
     assert c["energy"]["missing_reason"] == "an earlier segment: ledger.energy=off"
 

@@ -119,7 +119,7 @@ def cmd_green(args) -> int:
     if fresh is not None:
         print(f"\n== confirmation on fresh seeds {fresh} (test split read once per run)")
         result = confirm_mod.confirm(args.recipe, overrides, green_yaml, out, fresh, args.tolerance, BY[args.by],
-                                     args.min_cost_cut, f"test_{args.metric}")
+                                     args.min_cost_cut, f"test_{args.metric}", preemption=cli._PREEMPTION)
         print(result.report)
         (out / "verdict.txt").write_text(result.report + "\n")
         saving = result.saving

@@ -9,15 +9,16 @@ feeds back into the choice.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.accounting.compare import judge
+from ecotrain.config import load_config
+from ecotrain.entry import fit_recipe
 from ecotrain.accounting.report import figure, read_ledger
-from ecotrain.errors import ConfigError
+from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.jsonfile import read_json
 from ecotrain.stats import Interval, diff_ci
 from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
@@ -37,19 +38,14 @@ class Confirmation:
     costs: dict  # "baseline" / "green": that group's summed `by` figure
 
 
-def fit_group(recipe: str, overrides: list[str], prefix: Path, seeds: str) -> Path:
-    """`ecotrain fit RECIPE OVERRIDES --seeds SEEDS --run-dir PREFIX --resume auto --quiet`, in process."""
-    from ecotrain import cli  # the command the group runs, exactly as the user would type it
+def fit_group(recipe: str, overrides: list[str], prefix: Path, seeds: str, preemption=None) -> Path:
+    """`ecotrain fit RECIPE OVERRIDES --seeds SEEDS --run-dir PREFIX --resume auto --quiet`, in process
+    (entry.fit_recipe per seed, as the command runs it)."""
+    def one(seed_overrides, run_dir) -> int:
+        return fit_recipe(recipe, seed_overrides, run_dir, quiet=True, resume="auto", preemption=preemption)
 
-    args = argparse.Namespace(recipe=recipe, overrides=list(overrides), run_dir=str(prefix), quiet=True,
-                              resume="auto", init_from=None, keep_optimizer=False, allow_config_change=False,
-                              overwrite=False, seeds=seeds, print_config=False)
-    from ecotrain.config import load_config
-
-    code = fit_seeds(args, load_config(recipe, overrides).name, cli.cmd_fit)
+    code = fit_seeds(recipe, overrides, seeds, prefix, load_config(recipe, overrides).name, resume="auto", fit_one=one)
     if code != 0:
-        from ecotrain.errors import PreemptedError
-
         raise PreemptedError(f"confirmation group {prefix} stopped (exit {code}); run the same `ecotrain green` "
                              "command again to continue it")
     return group_paths(prefix, parse_seeds(seeds))[0]
@@ -60,9 +56,9 @@ def group_cost(group: Path, by: str) -> list[float]:
 
 
 def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seeds: str, tolerance: float,
-            by: str, min_cost_cut: float, metric: str = "test_accuracy") -> Confirmation:
-    base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", seeds)
-    green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", seeds)
+            by: str, min_cost_cut: float, metric: str = "test_accuracy", preemption=None) -> Confirmation:
+    base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", seeds, preemption)
+    green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", seeds, preemption)
     base_runs, green_runs = read_group(base_g), read_group(green_g)
     report, verdict = judge(base_runs, green_runs, tolerance, min_cost_cut, by, metric)
     bc, gc = group_cost(base_g, by), group_cost(green_g, by)
