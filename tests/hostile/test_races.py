@@ -40,7 +40,7 @@ def test_resumers_and_a_report_started_together_on_a_finished_run_lose_nothing(t
     assert run_cli("fit", recipe, "--run-dir", run, "--quiet").returncode == 0
     before = _digest(run)
     outcomes = []
-    for _ in range(4):
+    for _ in range(2):
         procs = [_start("resume", run, "--quiet"), _start("fit", recipe, "--run-dir", run, "--resume", "auto", "--quiet"),
                  _start("report", run)]
         for p in procs:
@@ -68,8 +68,6 @@ def test_a_second_fit_while_the_first_trains_is_refused_in_one_line(tmp_path):
     finally:
         first.kill()
         first.communicate()
-    assert run_cli("fit", recipe, "--run-dir", run, "--resume", "auto", "--quiet", "loop.max_steps=4000",
-                   "loop.max_epochs=null").returncode == 0  # the killed one's folder resumes once it is gone
 
 
 def test_a_hard_linked_run_file_keeps_the_users_copy(tmp_path):
