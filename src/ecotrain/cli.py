@@ -272,11 +272,13 @@ def cmd_eval(args) -> int:
         from ecotrain.continual import serve
 
         record, path = serve.evaluate(args.registry, args.target, args.data[0], args.out, args.cohort)
+        _committed()
         print(f"accuracy: {record['accuracy']:.4f} ({record['samples']} samples, served by "
               + ", ".join(f"{v} {r['samples']} at {r['accuracy']:.4f}" for v, r in record["routes"].items()) + ")")
         print(f"wrote {path}")
         return 0
     record, path = evaluate(args.target, args.data, args.split, args.out, domain=args.domain)
+    _committed()
     for k, v in record.items():
         if isinstance(v, float):
             print(f"{record['split']}_{k}: {v:.4f}")
@@ -310,10 +312,12 @@ def cmd_predict(args) -> int:
         from ecotrain.continual import serve
 
         rows, path, counts = serve.predict(args.registry, args.target, args.data[0], args.out, args.cohort)
+        _committed()
         print(f"wrote {rows} predictions to {path} (served by " + ", ".join(f"{v}: {n}" for v, n in counts.items())
               + ")")
         return 0
     rows, path = predict(args.target, args.data, args.out, args.split, domain=args.domain)
+    _committed()
     print(f"wrote {rows} predictions to {path}")
     return 0
 
@@ -325,6 +329,12 @@ def cmd_bn_report(args) -> int:
     return 0
 
 
+def _committed() -> None:
+    """A command's file is in place: a stop signal from here on must not report it as interrupted."""
+    if _PREEMPTION is not None:
+        _PREEMPTION.settle()
+
+
 def cmd_report(args) -> int:
     from ecotrain.accounting.compare import split_runs
     from ecotrain.report import DEFAULT_REGIONS, build_report
@@ -332,6 +342,7 @@ def cmd_report(args) -> int:
     groups = [split_runs([item]) for item in args.runs]
     regions = [r for r in args.regions.split(",") if r.strip()] if args.regions else DEFAULT_REGIONS
     path = build_report(groups, args.out, regions, args.by, args.metric, args.max_accuracy_drop, args.min_cost_cut)
+    _committed()
     print(f"report: {path}")
     return 0
 
@@ -359,10 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
     finally:
-        _PREEMPTION.uninstall()  # the caller's handlers back (main() may run inside a longer process)
         if argv is None:  # the `ecotrain` program: a signal during interpreter shutdown must not turn the
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # command's exit code into -15 (its work is done)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _PREEMPTION.settle()  # command's exit code into -15 (its work is done); no caller to restore
+            _PREEMPTION.stop_watching()
+        else:
+            _PREEMPTION.uninstall()  # the caller's handlers back (main() runs inside a longer process)
     if _HARD_EXIT or (code and _torchrun_worker()):  # a failed worker too: its peers are stuck in collectives
         sys.stdout.flush()
         sys.stderr.flush()

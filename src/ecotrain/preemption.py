@@ -100,6 +100,16 @@ class Preemption:
             previous = signal.signal(sig, _interrupt)
             self._previous.setdefault(sig, previous)
 
+    def settle(self) -> None:
+        """The command's work is committed (its file renamed into place): a stop signal from here on is
+        ignored, so the exit code reports the work done, not a signal that came after it. `uninstall`
+        restores the caller's handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.signal(sig, signal.SIG_IGN)
+            self._previous.setdefault(sig, previous)
+
     def __enter__(self) -> "Preemption":
         self.install()
         return self
