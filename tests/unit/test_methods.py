@@ -130,7 +130,9 @@ def test_ema_resume_is_exact(tiny_cfg, tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(ea.shadow.state_dict().values(), eb.shadow.state_dict().values()))
     # train_seconds covers both segments (it used to count only the last one)
     assert resumed.summary["train_seconds"] > cut.state.train_seconds > 0
-    assert resumed.summary["steps_per_second"] < 10 * full.summary["steps_per_second"]
+    # and the rate is the whole run's steps over that whole time (a speed ratio would be timing-noisy)
+    secs = resumed.summary["train_seconds"]
+    assert resumed.summary["steps_per_second"] == pytest.approx(60 / secs, rel=0.02, abs=0.01)
 
 
 def test_resume_without_a_methods_state_fails_loudly(tiny_cfg, tmp_path):
