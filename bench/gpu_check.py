@@ -144,6 +144,8 @@ def resume(device: str, steps: int, tmp: Path, recipe: list[str] = (str(RECIPE),
     every = steps // 6
     args = [*recipe, f"device={device}", "precision=bf16-mixed", f"loop.max_steps={steps}", "loop.max_epochs=null",
             f"loop.eval_every={steps // 2}", f"checkpoint.every_n_steps={every}", "checkpoint.every_minutes=null"]
+    if device == "cpu":  # threads auto follows the machine's load, and two counts sum CPU reductions in another
+        args.append("threads=1")  # order: the whole and the killed run must train with the same count
     tmp = tmp / key
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "ecotrain", "fit", "--quiet"]
@@ -313,14 +315,15 @@ def main() -> int:
             ("stall_watch", lambda: stall_watch(device)),
         ]
         for name, check in checks:
-            t0 = time.perf_counter()
+            t0, got = time.perf_counter(), {}
             try:
-                results.update(check())
+                got = check()
+                results.update(got)
             except Exception as exc:  # one failed check must not stop the rest
                 traceback.print_exc()
                 print(f"{name}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
                 results[name] = "error"
-            print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            print(f"{name}: {time.perf_counter() - t0:.0f} s {got}", file=sys.stderr, flush=True)  # kept if cut short
     print("RESULT " + " ".join(f"{k}={v}" for k, v in results.items()))
     return 0
 
