@@ -21,7 +21,7 @@ rest still run. The checks:
 - `bf16_gpu_peak_mib`, `fp16_gpu_peak_mib`: ledger.json's `memory.gpu_peak_allocated_bytes`.
 - `plan_measured_peak_mib`, `plan_estimate_gap`: `ecotrain plan`'s measured peak of the char-transformer
   (max_memory_allocated of a few real steps in a fresh process; on --cpu its peak RSS) and that
-  peak over plan's estimate (plan.make_plan, memplan_measure.measure_config: what `plan` prints).
+  peak over plan's estimate (plan.make_plan, memory.measure.measure_config: what `plan` prints).
 Ends with one `RESULT key=value ...` line.
 """
 
@@ -233,8 +233,8 @@ def check_every(device: str, steps: int, tmp: Path) -> dict:
 
 def plan_measured(device: str, short: bool) -> dict:
     from ecotrain.config import load_config
-    from ecotrain.memplan_measure import measure_config
-    from ecotrain.plan import make_plan
+    from ecotrain.memory.measure import measure_config
+    from ecotrain.memory.estimate import make_plan
 
     tiny = ["model.kwargs.d_model=32", "model.kwargs.n_layers=2", "data.kwargs.max_bytes=60000"] if short else []
     c = load_config(CHARLM[0], [*CHARLM[1:], *tiny, f"device={device}", "ledger.energy=off", "logging.progress=off"])

@@ -3,8 +3,8 @@
 
 fp32 (the loss comparison is in fp32), `memory.release_freed` on (as the recipe), the ledger off (its
 FLOP-counting first step defeats checkpointing; docs/memory.md), a fixed thread count. Steps:
-1. the no-checkpointing plan's peak and step time, in a fresh process (memplan_measure.measure);
-2. the search at each budget (memplan_measure.run_search, as `fit` and `ecotrain plan --budget` run it);
+1. the no-checkpointing plan's peak and step time, in a fresh process (memory.measure.measure);
+2. the search at each budget (memory.measure.run_search, as `fit` and `ecotrain plan --budget` run it);
 3. the 50% budget's chosen plan trained by `fit` for `--loss-steps` steps (its checkpointing and
    precision in the config, its micro-batch count in the counters, as memory.budget sets them),
    beside the unconstrained `fit` (no checkpointing, one micro-batch); the per-step losses are
@@ -31,8 +31,8 @@ from pathlib import Path
 import yaml
 
 from ecotrain import Callback, Config, fit
-from ecotrain.memplan import Candidate, applied, fmt_bytes, format_search
-from ecotrain.memplan_measure import measure, run_search
+from ecotrain.memory.planner import Candidate, applied, fmt_bytes, format_search
+from ecotrain.memory.measure import measure, run_search
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "charlm_long.yaml"
 

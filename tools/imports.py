@@ -13,18 +13,24 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 
-# The floors, bottom up (docs/architecture.md). A module belongs to the first group whose prefix it has.
+# The floors, bottom up (docs/architecture.md). A module belongs to the group of its longest prefix.
 CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop", "state", "objective", "precision",
-        "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory", "distributed", "optim",
+        "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory.levers", "distributed", "optim",
         "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
         "progress_work", "stepplan", "userpath", "jsonfile")
-WINGS = ("accounting", "green", "memplan", "plan", "continual", "speech", "report", "tracking", "lrfind", "sweep",
+WINGS = ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "lrfind", "sweep",
          "inference", "cli")
 
 
+def _prefix(rel: str, g: str) -> bool:
+    return rel == g or rel.startswith(g + ".") or rel.startswith(g + "_")
+
+
 def _in(module: str, group) -> bool:
+    """The longest prefix decides: `memory.levers` is core, the rest of `memory` a wing."""
     rel = module.removeprefix("ecotrain.")
-    return any(rel == g or rel.startswith(g + ".") or rel.startswith(g + "_") for g in group)
+    best = max((g for g in CORE + WINGS if _prefix(rel, g)), key=len, default=None)
+    return best is not None and best in group
 
 
 def modules(src: Path = SRC) -> dict[str, Path]:

@@ -21,7 +21,7 @@ from ecotrain.callbacks import (BestTracker, Callback, CallbackList, Checkpointe
 from ecotrain.accounting.contention import ContentionWatch
 from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
-from ecotrain.checkpoint.state import capture
+from ecotrain.checkpoint.snapshot import capture
 from ecotrain.config import Config
 from ecotrain.batch import describe as describe_batch, leaves
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
@@ -33,8 +33,8 @@ from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
-from ecotrain.memory import configure_memory, oom_hint
-from ecotrain.memplan_measure import for_run as memory_plan_for_run
+from ecotrain.memory.levers import configure_memory, oom_hint
+from ecotrain.memory.measure import for_run as memory_plan_for_run
 from ecotrain.inference import load_trained
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
@@ -91,7 +91,7 @@ class Run:
     metrics_offset: Optional[int] = None  # a resume truncates metrics.jsonl here once accepted
     facts: dict = field(default_factory=dict)  # run facts for summary.json (padding_ratio)
     threads: Optional[ThreadChoice] = None  # recorded in environment.json
-    memory_plan: Optional[dict] = None  # memory.budget's choice and measurements (memplan.py): memory_plan.json
+    memory_plan: Optional[dict] = None  # memory.budget's choice and measurements (memory/planner.py): memory_plan.json
 
 
 def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption) -> Run:
@@ -216,7 +216,7 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
         if sharded_init is not None and methods.transforms:
             raise ConfigError(f"--init-from {opts.init_from}: a sharded (FSDP) checkpoint cannot be combined with "
                               "methods that change the model; start from its model.safetensors instead")
-    configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory.py)
+    configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory/levers.py)
     net = methods.transform(net)  # before the optimizer and the wrap; on resumed runs too
     net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
     if cfg.compile:  # in place: the module's keys stay its own (no `_orig_mod.` prefix reaches a checkpoint)

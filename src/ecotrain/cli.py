@@ -194,7 +194,7 @@ def _hard_exit(code: int) -> int:
 def cmd_plan(args) -> int:
     from ecotrain.config import load_config
     from ecotrain.device import resolve_device
-    from ecotrain.plan import format_plan, make_plan
+    from ecotrain.memory.estimate import format_plan, make_plan
 
     budget = [f"memory.budget={args.budget}"] if args.budget else []
     cfg = load_config(args.recipe, [*args.overrides, *budget])
@@ -207,15 +207,15 @@ def cmd_plan(args) -> int:
     if cfg.memory.budget is None:
         return 0
     from ecotrain import threads
-    from ecotrain.memplan import format_search
-    from ecotrain.memplan_measure import run_search
+    from ecotrain.memory.planner import format_search
+    from ecotrain.memory.measure import run_search
 
     with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
         search = run_search(cfg)
     batch = cfg.data.batch_size * cfg.loop.accumulate
     print(format_search(search, batch))
     if args.out:
-        from ecotrain.report.memory import write_page
+        from ecotrain.report.memory_page import write_page
 
         print(f"page: {write_page(search.record(batch), args.out, cfg.name)}")
     return 0 if search.chosen else 1
@@ -224,8 +224,8 @@ def cmd_plan(args) -> int:
 def _plan_measured(cfg, plan) -> None:
     """`plan`'s measured lines: the config as written, trained a few steps in a fresh process."""
     from ecotrain import threads
-    from ecotrain.memplan_measure import measure_config
-    from ecotrain.plan import measured_report
+    from ecotrain.memory.measure import measure_config
+    from ecotrain.memory.estimate import measured_report
 
     with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
         r = measure_config(cfg)

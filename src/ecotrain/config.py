@@ -213,12 +213,12 @@ class NamedModules(_Section):
 
 
 class MemoryConfig(_Section):
-    """Memory levers (memory.py): activation checkpointing and out-of-memory recovery."""
+    """Memory levers (memory/levers.py): activation checkpointing and out-of-memory recovery."""
 
     activation_checkpointing: Union[Literal["off", "all"], EveryN, NamedModules] = "off"
     min_micro_batch: int = Field(1, gt=0)  # OOM recovery halves the micro-batch down to this, then gives up
     release_freed: bool = False  # glibc: return freed tensors >= 1 MiB to the OS, so RSS follows live tensors
-    # bytes ("2GiB", "512MiB"): measure exactly-equivalent plans and train with the fastest that fits (memplan.py)
+    # bytes ("2GiB", "512MiB"): measure exactly-equivalent plans and train with the fastest that fits (memory/planner.py)
     budget: Optional[int] = None
     budget_margin: float = Field(0.05, ge=0, lt=0.5)  # the chosen plan's measured peak stays under budget * (1 - margin)
     allow_precision_change: bool = False  # the budget search may switch fp32 <-> bf16-mixed (not exact maths)

@@ -53,7 +53,7 @@ class Summary:
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
-    memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memplan.py)
+    memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memory/planner.py)
     # csv data: {"columns": the feature columns' names, in order}, the model's input contract (inference.py)
     inputs: Optional[dict] = None
     methods: dict = field(default_factory=dict)  # each method's own figures, by key

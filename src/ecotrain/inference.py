@@ -102,7 +102,7 @@ def _locate(path: Path):
 
 def load_trained(target: str | Path, device: str = "auto") -> Trained:
     """Rebuild the model of a run folder or checkpoint folder with its weights, in eval mode."""
-    from ecotrain.checkpoint.state import load_model_weights
+    from ecotrain.checkpoint.snapshot import load_model_weights
     from ecotrain.methods import build_methods
     from ecotrain.models import build_model
 

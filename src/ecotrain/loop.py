@@ -16,7 +16,7 @@ from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
 from ecotrain.errors import EcotrainError
-from ecotrain.memory import is_oom, recover_from_oom
+from ecotrain.memory.levers import is_oom, recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
 from ecotrain.task import unit_count, unit_counts
 
@@ -76,7 +76,7 @@ def train_step(state, batch, cbs) -> None:
             state.loss, state.loss_parts = loss.detach(), None
         else:
             state.loss = backward_micro_batches(state, batch, n_micro)
-    except (torch.OutOfMemoryError, RuntimeError) as exc:  # retry in smaller micro-batches, same maths (memory.py)
+    except (torch.OutOfMemoryError, RuntimeError) as exc:  # retry in smaller micro-batches, same maths (memory/levers.py)
         if not is_oom(exc):  # cuBLAS/cuDNN allocation failures are OOM too; any other error is not
             raise
         loss = None  # the failed graph and its activations go before the retry, not after it

@@ -12,7 +12,7 @@ import torch
 
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, unflatten
-from ecotrain.checkpoint.state import environment, load_model_weights, restore
+from ecotrain.checkpoint.snapshot import environment, load_model_weights, restore
 from ecotrain.config import build_config, diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.log import log

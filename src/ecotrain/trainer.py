@@ -17,7 +17,7 @@ from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble
 from ecotrain.loop import make_evaluate
 from ecotrain.callbacks import Callback
-from ecotrain.checkpoint.state import load_model_weights
+from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.log import log
 from ecotrain.preemption import Preemption
 from ecotrain.rundir import write_json
@@ -25,7 +25,7 @@ from ecotrain.config import Config
 from ecotrain.device import resolve_device
 from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
-from ecotrain.memplan import PLAN_FILE
+from ecotrain.memory.planner import PLAN_FILE
 from ecotrain.precision import tf32
 from ecotrain.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.state import TrainState

@@ -1,5 +1,5 @@
 """`ecotrain plan --measure`: real training steps of the config as written, in a fresh process
-(memplan_measure.measure_config); on CPU the default is the estimate alone."""
+(memory.measure.measure_config); on CPU the default is the estimate alone."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""checkpoint/state.py and sharded.py on real parts: capture a TrainState, write it, read it back and
+"""checkpoint/snapshot.py and sharded.py on real parts: capture a TrainState, write it, read it back and
 restore it into freshly built parts; every piece (RNGs, methods, counters, a stateful loader, the
 log windows, each rank's own state, FSDP's shards through DCP) comes back, and what does not match
 is named."""
@@ -12,7 +12,7 @@ import torch
 from ecotrain.callbacks.base import Callback, CallbackList
 from ecotrain.checkpoint import CheckpointManager, read_checkpoint
 from ecotrain.checkpoint import sharded
-from ecotrain.checkpoint.state import capture, environment, load_model_weights, restore, rng_state, set_rng_state
+from ecotrain.checkpoint.snapshot import capture, environment, load_model_weights, restore, rng_state, set_rng_state
 from ecotrain.data.augment import SignalAugment
 from ecotrain.distributed import Dist
 from ecotrain.errors import CheckpointError

@@ -6,7 +6,7 @@ import torch
 from ecotrain.config import load_config
 from ecotrain.data import load_data
 from ecotrain.models import build_model
-from ecotrain.plan import _activations, make_plan, measure_saved
+from ecotrain.memory.estimate import _activations, make_plan, measure_saved
 from ecotrain.precision import Precision
 from ecotrain.task import LanguageModelTask
 

@@ -1,4 +1,4 @@
-"""memory.budget (memplan.py): parsing, candidates, the choice, the record and a resume's reuse.
+"""memory.budget (memory/planner.py): parsing, candidates, the choice, the record and a resume's reuse.
 
 The search's measuring function is given here as a table of peaks and step times (what the fresh
 processes of memplan_measure would report), so the choice logic is checked on known numbers; the
@@ -10,9 +10,9 @@ import pytest
 
 from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError, EcotrainError
-from ecotrain.memplan import (PLAN_FILE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
+from ecotrain.memory.planner import (PLAN_FILE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
                               choose, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
-from ecotrain.memplan_measure import for_run
+from ecotrain.memory.measure import for_run
 
 MiB = 2**20
 

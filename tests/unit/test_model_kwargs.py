@@ -1,4 +1,4 @@
-"""A built-in model's size keywords (models/registry.py `_check_sizes`): one line naming the key, before
+"""A built-in model's size keywords (models/build.py `_check_sizes`): one line naming the key, before
 any layer is built. hidden=[0] trained silently to chance, hidden=[-4] ended as `fit failed: RuntimeError`
 (exit 1), widths=[] as an IndexError."""
 
@@ -7,7 +7,7 @@ import torch
 
 from ecotrain.config import ModelConfig
 from ecotrain.errors import ConfigError
-from ecotrain.models.registry import build_model
+from ecotrain.models.build import build_model
 
 
 @pytest.mark.parametrize("name, kwargs, words", [

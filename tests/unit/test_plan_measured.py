@@ -1,7 +1,7 @@
 """`ecotrain plan`'s measured lines: the peak of real steps, its gap to the estimate, and one line
 when the plan does not fit or could not be measured (plan.measured_report)."""
 
-from ecotrain.plan import Plan, measured_report
+from ecotrain.memory.estimate import Plan, measured_report
 
 MiB = 2**20
 PLAN = Plan(params=10, param_bytes=10 * MiB, grad_bytes=10 * MiB, optim_bytes=20 * MiB, act_bytes=60 * MiB,

@@ -82,7 +82,7 @@ def test_pooled_features_read_the_last_linear_input_and_restore_mode():
 
 def test_speech_encoder_features_per_utterance():
     from ecotrain.speech.model import AcousticModel
-    from ecotrain.speech.router import SpeechRouter, encoder_features
+    from ecotrain.speech.utterance_router import SpeechRouter, encoder_features
 
     class Src:
         def __init__(self, segs):

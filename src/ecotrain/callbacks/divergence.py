@@ -21,7 +21,7 @@ DDP model a quarter of its speed):
 One process only (refused under torchrun for now): `check_grads` also checks the gradients (a NaN
 gradient under a finite loss), `spike_factor` treats a finite loss far above its running mean as
 divergence, and action=rollback reloads the newest checkpoint whose tensors are all finite (through
-the resume code, `checkpoint.state.restore`), multiplies the LR by `rollback_lr_factor` and trains
+the resume code, `checkpoint.snapshot.restore`), multiplies the LR by `rollback_lr_factor` and trains
 on, at most `max_rollbacks` times. A rollback is a resume in memory: everything a checkpoint holds
 comes back, except what measures the run as it really went (time, the ledger, the event counters,
 this guard's own counts), so the run stays exactly resumable after it.
@@ -184,11 +184,11 @@ class DivergenceGuard(Callback):
 
 def roll_back(state, cbs: CallbackList, augment, manager) -> Optional[tuple[Path, dict]]:
     """Restore the newest checkpoint whose tensors are all finite into the live run, as a resume
-    would (checkpoint.state.restore); newer checkpoints holding non-finite tensors are removed (a
+    would (checkpoint.snapshot.restore); newer checkpoints holding non-finite tensors are removed (a
     later `--resume auto` must not pick them). Returns (its folder, the restored state) or None."""
     from ecotrain.checkpoint.format import read_checkpoint
     from ecotrain.checkpoint.manager import list_checkpoints
-    from ecotrain.checkpoint.state import restore
+    from ecotrain.checkpoint.snapshot import restore
 
     manager.wait()  # a background save in flight is the newest checkpoint
     for folder in list_checkpoints(state.run_dir):

@@ -3,7 +3,7 @@ or its base's plus an adapter, and its lineage (used by `update`, `serve` and th
 
 from __future__ import annotations
 
-from ecotrain.checkpoint.state import load_model_weights
+from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import build_config
 from ecotrain.continual.registry import Registry
 from ecotrain.methods import build_methods

@@ -129,7 +129,7 @@ class Distill(Method):
 
     def _load_teacher(self, device) -> torch.nn.Module:
         from ecotrain.checkpoint.format import load_state_dict_file
-        from ecotrain.checkpoint.state import load_model_weights
+        from ecotrain.checkpoint.snapshot import load_model_weights
         from ecotrain.models import build_model
 
         path, tm = Path(self.cfg.teacher), self.cfg.teacher_model

@@ -41,7 +41,7 @@ def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
     """A frozen copy of `student` holding the weights at `path`. A student with PEFT adapters
     injected gets the plain weights in its base layers and zero adapters (the plain model's outputs)."""
     from ecotrain.checkpoint.format import load_state_dict_file
-    from ecotrain.checkpoint.state import load_model_weights
+    from ecotrain.checkpoint.snapshot import load_model_weights
 
     teacher = copy.deepcopy(student)
     saved = load_state_dict_file(path)

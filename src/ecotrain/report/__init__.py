@@ -41,7 +41,7 @@ def _run_sections(run, d, regions, heading: bool) -> list[str]:
     if methods:
         out.append(methods)
     if isinstance((run.summary or {}).get("memory_plan"), dict):  # memory.budget's measurements
-        from ecotrain.report.memory import section
+        from ecotrain.report.memory_page import section
 
         out.append(section(run.summary["memory_plan"]))
     out += [P.environment_section(run), P.config_section(run), P.trackers_section(run)]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ecotrain.errors import ConfigError
-from ecotrain.speech.labels import decode
+from ecotrain.speech.transcripts import decode
 from ecotrain.speech.model import out_lengths
 
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from ecotrain.errors import DataError
 from ecotrain.rundir import write_json
 from ecotrain.speech.features import N_MELS, log_mel
-from ecotrain.speech.labels import WORDS, encode
+from ecotrain.speech.transcripts import WORDS, encode
 from ecotrain.speech.synth import Speaker, add_noise, espeak_version, render
 
 FORMAT = 1  # bump when generation changes what a spec produces

@@ -35,7 +35,7 @@ from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import CTCTask
 from ecotrain.speech.dataset import SpeechData, SpeechSource, bundle
-from ecotrain.speech.labels import corrupt, decode, normalize_transcript
+from ecotrain.speech.transcripts import corrupt, decode, normalize_transcript
 
 STRATEGIES = ("naive", "replay", "protected", "average", "adapters")
 ADAPTER_TARGETS = ["conv.0", "conv.2", "proj", "head"]  # Conv1d and Linear: what PEFT's LoRA supports

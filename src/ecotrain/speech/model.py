@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ecotrain.speech.features import N_MELS
-from ecotrain.speech.labels import VOCAB
+from ecotrain.speech.transcripts import VOCAB
 
 SUBSAMPLE = 4  # output frames = ceil(input frames / SUBSAMPLE): 40 ms, ~8 per spoken digit
 

@@ -24,8 +24,8 @@ from ecotrain.speech.ctc import transcribe, word_error_rate
 from ecotrain.speech.dataset import SpeechData
 from ecotrain.speech.feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay, Trainer, cross_fit_check,
                                       label_accounting, make_incoming)
-from ecotrain.speech.labels import decode
-from ecotrain.speech.router import SpeechRouter
+from ecotrain.speech.transcripts import decode
+from ecotrain.speech.utterance_router import SpeechRouter
 
 
 def wer(models: dict, default, sources: dict) -> float:

@@ -1,7 +1,7 @@
-"""Measuring one memory plan (memplan.py): a few real training steps in a fresh process.
+"""Measuring one memory plan (memory/planner.py): a few real training steps in a fresh process.
 
 The parent (`run_job`) writes the job (a config, the micro-batch count) to a temporary folder and
-runs `python -m ecotrain.memplan_measure JOB`; the child trains `memory.search_steps` steps with
+runs `python -m ecotrain.memory.measure JOB`; the child trains `memory.search_steps` steps with
 `fit()` (the same assembly, loop, callbacks and ledger as the run itself) in that folder, then
 prints one JSON line and exits without the final evaluation. Two callers: `measure` (a memory.budget
 candidate: the run's config with the candidate's levers) and `measure_config` (`ecotrain plan`'s
@@ -29,11 +29,11 @@ from typing import Optional
 
 import torch
 
-from ecotrain import memplan
+from ecotrain.memory import planner
 from ecotrain.device import host_peak_rss
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
-from ecotrain.memplan import Baseline, Candidate, Measured
+from ecotrain.memory.planner import Baseline, Candidate, Measured
 
 TIMEOUT_S = 3600
 
@@ -66,7 +66,7 @@ def run_job(job: dict) -> JobResult:
         (tmp / "job.json").write_text(json.dumps(job))
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "ecotrain.memplan_worker", str(tmp)], capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "ecotrain.memory.worker", str(tmp)], capture_output=True,
                            text=True, env=env, timeout=TIMEOUT_S)
         seconds = time.perf_counter() - t0
     finally:
@@ -89,7 +89,7 @@ def _json(line: str) -> dict:
 
 def measure(cfg, c: Candidate, first: bool):
     """Measured (and with `first`, a Baseline) of candidate `c`, from a fresh process."""
-    job = {"config": _job_config(memplan.applied(cfg, c)), "micro_batches": c.micro_batches, "candidate": c.key,
+    job = {"config": _job_config(planner.applied(cfg, c)), "micro_batches": c.micro_batches, "candidate": c.key,
            "estimate": cfg.to_dict() if first else None,  # the user's config: its checkpointing spec
            "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin)}
     r = run_job(job)
@@ -122,12 +122,12 @@ def _rss_now() -> int:
 
 
 def estimates(cfg) -> tuple[dict, int]:
-    """candidate key -> estimated activation bytes of one micro-batch, by plan.py's method, for the
+    """candidate key -> estimated activation bytes of one micro-batch, by memory/estimate.py's method, for the
     user's config `cfg` (its own checkpointing spec names the modules of the "modules" candidates)."""
     from ecotrain.data import load_data
-    from ecotrain.memory import find_blocks, select_modules
+    from ecotrain.memory.levers import find_blocks, select_modules
     from ecotrain.models import build_model
-    from ecotrain.plan import activations_at, saved_profile
+    from ecotrain.memory.estimate import activations_at, saved_profile
     from ecotrain.precision import Precision
     from ecotrain.task import build_task
 
@@ -136,11 +136,11 @@ def estimates(cfg) -> tuple[dict, int]:
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
     task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm", num_classes=None)
     blocks = find_blocks(model)
-    named = memplan.names_modules(cfg)
+    named = planner.names_modules(cfg)
     mods = select_modules(model, cfg.memory.activation_checkpointing) if named else []
     every = blocks + [(n, m) for n, m in mods if n not in {b for b, _ in blocks}]
     batch = cfg.data.batch_size * cfg.loop.accumulate
-    cands = memplan.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
+    cands = planner.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
                                cfg.precision, cfg.memory.allow_precision_change)
     profiles = {p: saved_profile(bundle, model, task, Precision(p, torch.device("cpu")), every)
                 for p in dict.fromkeys(c.precision for c in cands)}
@@ -159,16 +159,16 @@ def estimates(cfg) -> tuple[dict, int]:
 # ---------------------------------------------------------------- choosing for a run
 
 
-def run_search(cfg) -> memplan.Search:
+def run_search(cfg) -> planner.Search:
     """Measure and choose for `cfg` (its `memory.budget` set)."""
     batch = cfg.data.batch_size * cfg.loop.accumulate
     first = Candidate("off", cfg.loop.accumulate, cfg.precision)
 
     def expand(info: Baseline) -> list[Candidate]:
-        return memplan.candidates(info.n_blocks, memplan.names_modules(cfg), batch, cfg.loop.accumulate,
+        return planner.candidates(info.n_blocks, planner.names_modules(cfg), batch, cfg.loop.accumulate,
                                   cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change)
 
-    return memplan.search(first, expand, cfg.memory.budget, cfg.memory.budget_margin,
+    return planner.search(first, expand, cfg.memory.budget, cfg.memory.budget_margin,
                           lambda c, is_first: measure(cfg, c, is_first), cfg.memory.search_candidates)
 
 
@@ -185,14 +185,14 @@ def for_run(cfg, run_dir: Path, resume, own_parts: list[str], world_size: int):
         raise EcotrainError("memory.budget: measured for one process; under torchrun set the levers by hand "
                             "(`ecotrain plan RECIPE --budget ...` on one process shows them)")
     folders = [run_dir] + ([Path(resume).parent.parent] if resume is not None else [])
-    rec = memplan.read_record(*folders) if resume is not None else None
+    rec = planner.read_record(*folders) if resume is not None else None
     same = rec is not None and rec.get("chosen") and rec.get("budget_bytes") == cfg.memory.budget
     if resume is not None and not same:
         log.warning(f"memory.budget: {'no plan recorded' if rec is None else 'the budget changed'} in {run_dir}; "
                     "measuring the plans again")
-    s = memplan.from_record(rec) if same else run_search(cfg)
+    s = planner.from_record(rec) if same else run_search(cfg)
     batch = cfg.data.batch_size * cfg.loop.accumulate
     if s.chosen is None:
-        raise ConfigError(memplan.none_fits_line(s, batch))
-    memplan.log_choice(s, batch)
-    return memplan.applied(cfg, s.chosen.candidate), s
+        raise ConfigError(planner.none_fits_line(s, batch))
+    planner.log_choice(s, batch)
+    return planner.applied(cfg, s.chosen.candidate), s

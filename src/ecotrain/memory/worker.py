@@ -1,7 +1,7 @@
-"""The measuring process of the memory planner (memplan_measure.run_job starts it): a few real steps
+"""The measuring process of the memory planner (memory.measure.run_job starts it): a few real steps
 of a candidate plan through `fit()` itself, printing the peak and step time as one JSON line.
 
-    python -m ecotrain.memplan_worker FOLDER        (FOLDER/job.json: the job)
+    python -m ecotrain.memory.worker FOLDER        (FOLDER/job.json: the job)
 
 A program on top of the trainer, so the planner itself (memplan_measure) never imports `fit`.
 """
@@ -20,8 +20,8 @@ from ecotrain.callbacks import Callback
 from ecotrain.config import Config
 from ecotrain.device import host_peak_rss, memory_peaks
 from ecotrain.errors import EcotrainError
-from ecotrain.memplan_measure import _rss_now, estimates
-from ecotrain.plan import _optim_states
+from ecotrain.memory.measure import _rss_now, estimates
+from ecotrain.memory.estimate import _optim_states
 from ecotrain.trainer import fit
 
 

@@ -1,14 +1,14 @@
 """`memory.budget`: measure a few exactly-equivalent plans and train with the fastest that fits.
 
 A plan is three levers that leave the maths of a step unchanged: which blocks are checkpointed
-(memory.py: off, every K-th block, all; selective, attention outputs kept), how many micro-batches
+(memory/levers.py: off, every K-th block, all; selective, attention outputs kept), how many micro-batches
 the effective batch is cut into (exact accumulation: `loop.backward_micro_batches` normalises by
 the whole batch's units; the same count OOM recovery raises) and, only with
 `memory.allow_precision_change`, fp32 vs bf16 autocast. CPU offload of optimizer state exists only
 under FSDP (several ranks), so it is not a candidate here.
 
 Each measured plan runs a few real training steps of the real model and batch in a fresh process
-(memplan_worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
+(memory/worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
 process per plan is the only honest per-plan peak; on CUDA, the allocator's
 `max_memory_allocated`. The first measurement (no checkpointing, fewest micro-batches) also
 reports `ecotrain plan`'s saved-tensor estimate of every candidate's activations, calibrated on it
@@ -127,7 +127,7 @@ class Baseline:
     start_bytes: int  # memory in use when training starts (process, data, model)
     start_peak_bytes: int  # the peak before training (data loading may pass the training peak)
     state_bytes: int  # gradients + optimizer state, allocated during the first steps
-    activations: dict  # candidate key -> estimated activation bytes (plan.py's saved-tensor figure)
+    activations: dict  # candidate key -> estimated activation bytes (memory/estimate.py's saved-tensor figure)
     n_blocks: int = 0  # the model's repeated blocks (memory.find_blocks)
 
 

@@ -1,4 +1,4 @@
-"""The memory-budget section (memplan.py): the plans measured, the Pareto front of peak memory against
+"""The memory-budget section (memory/planner.py): the plans measured, the Pareto front of peak memory against
 step time, and the one chosen. In a run's report (from summary.json's `memory_plan`) and as the
 page `ecotrain plan --budget B --out PAGE` writes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ecotrain.memplan import fmt_bytes, from_record, pareto
+from ecotrain.memory.planner import fmt_bytes, from_record, pareto
 from ecotrain.report import page as P
 from ecotrain.report.plots import _figure, png
 from ecotrain.rundir import atomic_write

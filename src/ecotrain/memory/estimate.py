@@ -6,12 +6,12 @@ Activations are *measured*, not modelled: saved-tensor hooks record every tensor
 for backward during real forward passes (loss included, under the configured precision) of 1
 and 2 of the longest training samples, attributed to the model's blocks; the bytes are then
 extrapolated linearly to the configured micro-batch. With checkpointing, a checkpointed block
-keeps its input and its attention outputs (selective checkpointing, memory.py), plus, during
+keeps its input and its attention outputs (selective checkpointing, memory/levers.py), plus, during
 backward, one block's recomputed activations at a time.
 Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
 and the process's own footprint (the Python interpreter, torch's libraries).
 On CUDA (or with `--measure`) the plan is also *measured*: a few real training steps of the config
-as written in a fresh process (memplan_measure.measure_config); `measured_report` says its peak and
+as written in a fresh process (memory.measure.measure_config); `measured_report` says its peak and
 the gap to the estimate.
 """
 
@@ -25,8 +25,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ecotrain.memory import ATTENTION_OPS, find_blocks, select_modules
-from ecotrain.memplan import fmt_bytes
+from ecotrain.memory.levers import ATTENTION_OPS, find_blocks, select_modules
+from ecotrain.memory.planner import fmt_bytes
 
 
 @dataclass
@@ -61,7 +61,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     out = {"outside": 0, "saved": {n: 0 for n, _ in blocks}, "input": {n: 0 for n, _ in blocks},
            "attention": {n: 0 for n, _ in blocks}}
 
-    class AttentionOutputs(TorchDispatchMode):  # what selective checkpointing keeps (memory.py)
+    class AttentionOutputs(TorchDispatchMode):  # what selective checkpointing keeps (memory/levers.py)
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
             if func in ATTENTION_OPS and where["name"] is not None:
