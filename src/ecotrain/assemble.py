@@ -18,7 +18,8 @@ from torch import nn
 from ecotrain import distributed, resume as resume_mod
 from ecotrain.callbacks import (BestTracker, Callback, CallbackList, Checkpointer, DivergenceGuard, EarlyStopping,
                                 MetricsLogger, ProgressBar, ProgressLog)
-from ecotrain.accounting.contention import ContentionWatch
+from ecotrain.callbacks.divergence import roll_back
+from ecotrain.callbacks.wing import Wing, WingContext
 from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.snapshot import capture
@@ -43,8 +44,6 @@ from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
 from ecotrain.stepplan import StepPlan, step_batch_size
-from ecotrain.accounting.timing import CarbonTiming
-from ecotrain.tracking import tracking_callbacks
 from ecotrain.task import UserTask, build_task, user_metrics
 from ecotrain.threads import ThreadChoice
 
@@ -87,14 +86,15 @@ class Run:
     cbs: CallbackList
     augment: SignalAugment
     folder: RunFolder
-    ledger: Any = None  # accounting.Ledger, when on
     metrics_offset: Optional[int] = None  # a resume truncates metrics.jsonl here once accepted
     facts: dict = field(default_factory=dict)  # run facts for summary.json (padding_ratio)
     threads: Optional[ThreadChoice] = None  # recorded in environment.json
     memory_plan: Optional[dict] = None  # memory.budget's choice and measurements (memory/planner.py): memory_plan.json
 
 
-def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption) -> Run:
+def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, preemption: Preemption,
+             wings: Sequence[Wing] = ()) -> Run:
+    """`wings`: what adds its callbacks beside the core's (ecotrain/wings.py: the ledger, trackers)."""
     folder = RunFolder.plan(opts.run_dir, cfg.name, dist, opts.resume is not None, opts.overwrite)
     # memory.budget: the fastest measured plan that fits, applied to the config (a resume reads it back)
     cfg, memory_plan = memory_plan_for_run(cfg, folder.path, opts.resume, own_parts(parts), dist.world_size)
@@ -121,8 +121,8 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                           "Dataset's __getitem__ instead (it is seeded per item)")
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
-    cbs, logger, ledger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption)
-    run = Run(state, bundle, source, sampler, cbs, augment, folder, ledger, facts=facts, threads=opts.threads,
+    cbs, logger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings)
+    run = Run(state, bundle, source, sampler, cbs, augment, folder, facts=facts, threads=opts.threads,
               memory_plan=memory_plan.record(state.plan.step_batch) if memory_plan else None)
     derived = distributed.micro_batches_for(cfg, dist.world_size)
     if derived is not None and memory_plan is not None:
@@ -265,27 +265,18 @@ def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
     return min(budgets)
 
 
-def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption):
-    """The callback list, the Checkpointer last: it saves what every other callback did this step."""
-    from ecotrain.accounting import Ledger
-
+def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings=()):
+    """The core's callbacks, then each wing's; the order they run in is what they declare (`after`,
+    `before`: the Checkpointer after all the others), resolved once by CallbackList."""
     dist = state.dist
     es = cfg.early_stopping
     if es.enabled and bundle.val is None:
         raise ConfigError("early_stopping.enabled: needs a validation split (data.val_split > 0 or val data)")
-    from ecotrain.callbacks.divergence import roll_back
-
     guard = DivergenceGuard.from_config(cfg.divergence, dist.world_size,  # rollback: the run's own resume code
                                         rollback=lambda st: roll_back(st, cb_list, augment, manager))
     cbs: list[Callback] = [guard, BestTracker(es.monitor, es.mode, es.min_delta)]
     if es.enabled:
         cbs.append(EarlyStopping(es.patience))
-    watch = ContentionWatch()  # a busy machine: one warning, and the ledger's `contention`
-    cbs.append(watch)
-    ledger = None
-    if cfg.ledger.enabled:  # before the logger and the bar: it adds cost fields to their records
-        ledger = Ledger(cfg.ledger, cfg.budget, len(bundle.val) if bundle.val is not None else 0, watch)
-        cbs.append(ledger)
     logger = MetricsLogger(folder.path / "metrics.jsonl") if dist.is_main else None  # rank 0 writes files
     if logger:
         cbs.append(logger)
@@ -293,16 +284,18 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     if not opts.quiet and dist.is_main and cfg.logging.progress != "off":  # no terminal: a log line now and then
         cbs.append(ProgressBar() if bar else ProgressLog(cfg.logging.progress_seconds))
     cbs += [*config_callbacks(cfg), *methods.callbacks(), *parts.callbacks]
-    cbs += tracking_callbacks(cfg, folder)  # MLflow, TensorBoard (tracking/): when configured, rank 0
     manager = CheckpointManager(folder.path, cfg.checkpoint.keep_last, cfg.checkpoint.background)
     offset = logger.offset if logger else (lambda: 0)
-    cbs.append(Checkpointer(manager, cfg.checkpoint, lambda st, copy: capture(
-        st, cb_list, augment, offset(), bundle.content_hash, copy), preemption))
-    if cfg.carbon.forecast:  # after the Checkpointer: a pause saves the step every callback has finished
-        cbs.append(CarbonTiming(cfg.carbon, cbs[-1], preemption, ledger))
+    checkpointer = Checkpointer(manager, cfg.checkpoint, lambda st, copy: capture(
+        st, cb_list, augment, offset(), bundle.content_hash, copy), preemption)
+    cbs.append(checkpointer)
+    ctx = WingContext(cfg, state, folder.path, dist.is_main, len(bundle.val) if bundle.val is not None else 0,
+                      checkpointer, preemption)
+    for wing in wings:  # the ledger, contention watch, carbon timing, trackers (wings.py)
+        cbs += wing(ctx)
     cb_list = CallbackList(cbs)
     cb_list.stateful()  # two callbacks sharing a state key fail here, before anything trains
-    return cb_list, logger, ledger
+    return cb_list, logger
 
 
 def config_callbacks(cfg: Config) -> list[Callback]:

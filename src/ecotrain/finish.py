@@ -93,7 +93,8 @@ def finish(run: Run) -> dict:
     summary = make_summary(run, metrics, memory).to_json()
     if dist.is_main:
         write_json(run.folder.path / "summary.json", summary)
-        write_ledger(run, memory)
+    run.cbs.on_finished(state, memory)  # the wings' own files (ledger.json): on rank 0 only, they know
+    if dist.is_main:
         after_finish(run, summary)  # environment.json, then the trackers' last upload (tracking/)
     return summary
 
@@ -136,18 +137,9 @@ def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summ
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
 
 
-def write_ledger(run: Run, memory: Optional[dict] = None) -> None:
-    """ledger.json, with `memory`: every rank's peaks (a preempted run: this process's alone)."""
-    if run.state.dist.is_main and run.ledger is not None and run.ledger.result is not None:
-        from ecotrain.accounting import write_ledger as write
-
-        memory = memory or combine_memory([memory_peaks(run.state.device)])
-        write(run.folder.path, {**run.ledger.result, "memory": memory})
-
-
 def preempted_summary(run: Run) -> dict:
     """A preempted run is not finished: no test, no final weights; its ledger so far is written."""
-    write_ledger(run)
+    run.cbs.on_finished(run.state, combine_memory([memory_peaks(run.state.device)]))  # this process's peaks
     return {"stopped_because": "preempted", "steps": run.state.step, "checkpoint": run.state.last_checkpoint,
             "notice_to_checkpoint_s": run.state.notice_to_checkpoint_s}
 

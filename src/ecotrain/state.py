@@ -11,14 +11,27 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import torch
 from torch import nn
 
 from ecotrain.config import Config
+from ecotrain.data.sources import LoaderSource
 from ecotrain.distributed import Dist
+from ecotrain.objective import Objective
+from ecotrain.precision import Precision
 from ecotrain.stepplan import StepPlan
+
+if TYPE_CHECKING:  # the methods' floor sits above this one: the type only, never the import
+    from ecotrain.methods.base import Methods
+
+
+class CostListener(Protocol):
+    """Who accounts for a run's cost (the ledger) and must hear of work a step's measured count misses."""
+
+    def flops_changed(self) -> None: ...
+    def add_flops(self, n: float, label: str) -> None: ...
 
 
 @dataclass
@@ -47,16 +60,16 @@ class TrainState:
     config: Config
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    objective: Any  # objective.Objective: the task loss plus the methods' named terms
-    precision: Any
+    scheduler: Any  # an LR scheduler: built-in (optim.py) or the user's, anything with step()/state_dict()
+    objective: Objective  # the task loss plus the methods' named terms
+    precision: Precision
     device: torch.device
     steps_per_epoch: int
     total_steps: int  # the planned step budget (min of max_steps and max_epochs * steps_per_epoch)
     run_dir: Optional[Path] = None
-    dist: Any = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
-    methods: Any = None  # methods.Methods
-    data_source: Any = None  # a user's loader (LoaderSource): its state and its own RNG ride in the checkpoint
+    dist: Dist = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
+    methods: Optional[Methods] = None
+    data_source: Optional[LoaderSource] = None  # a user's loader: its state and its own RNG ride in the checkpoint
     plan: Optional[StepPlan] = None  # how a step is cut (stepplan.py); assemble resolves it, None: from the config
 
     # position
@@ -88,9 +101,8 @@ class TrainState:
     counters: Counters = field(default_factory=Counters)
     last_checkpoint: Optional[str] = None  # set by the Checkpointer
     notice_to_checkpoint_s: Optional[float] = None  # Checkpointer: a preemption notice -> complete checkpoint
-    progress_fields: dict = field(default_factory=dict)  # display only (the ledger's kWh, gCO2e)
-    flops_dirty: bool = False  # set by flops_changed(); the ledger re-measures the next step
-    extra_flops: dict = field(default_factory=dict)  # label -> FLOPs paid outside the measured steps
+    progress_fields: dict = field(default_factory=dict)  # display only: the bar shows what callbacks put here
+    cost_listeners: list[CostListener] = field(default_factory=list)  # told of work a step's count misses
     train_seconds: float = 0.0  # the loop's time, all segments; `elapsed()` for a live figure
     segment_start: Optional[float] = None  # perf_counter when this segment's loop started
 
@@ -109,12 +121,14 @@ class TrainState:
     def flops_changed(self) -> None:
         """A method changed the per-sample work (a layer shrank, the input length or batch size
         changed): the ledger banks the FLOPs so far and measures the next step again."""
-        self.flops_dirty = True
+        for listener in self.cost_listeners:
+            listener.flops_changed()
 
     def add_flops(self, n: float, label: str) -> None:
         """A one-off cost inside this run but outside the measured steps (a teacher's forward pass
         over the training set to cache its logits); listed under ledger.json `flops.extra`."""
-        self.extra_flops[label] = self.extra_flops.get(label, 0.0) + float(n)
+        for listener in self.cost_listeners:
+            listener.add_flops(n, label)
 
     def elapsed(self) -> float:
         """Training seconds so far, earlier segments included (a checkpoint saves this)."""

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from safetensors.torch import load_file
 from torch import nn
 
-from ecotrain import distributed, loop, rundir, threads
+from ecotrain import distributed, loop, rundir, threads, wings
 from ecotrain import resume as resume_mod
 from ecotrain.assemble import RunOptions, UserParts, assemble
 from ecotrain.loop import make_evaluate
@@ -110,7 +110,7 @@ def _fit_options(config, parts, run_dir, quiet, resume, allow_config_change, ini
 def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Preemption) -> RunResult:
     run = None
     try:
-        run = assemble(cfg, dist, resolve_device(cfg.device), parts, opts, preemption)
+        run = assemble(cfg, dist, resolve_device(cfg.device), parts, opts, preemption, wings.WINGS)
         if preemption.requested:  # a signal during set-up: nothing trained, nothing to keep
             raise PreemptedError(f"{preemption.requested} received during start-up; nothing was trained yet")
         done = resume_mod.finished(opts.run_dir, opts.resume, cfg)  # after the resume's checks, before a write

@@ -84,9 +84,11 @@ def test_tracking_config_on_off_and_unknown():
         load_config(None, ["tracking.wandb=true"])
 
 
-class _Folder:
-    def __init__(self, path, is_main=True):
-        self.path, self.is_main = path, is_main
+def _ctx(cfg, path, is_main=True):
+    """What the tracking wing is given (callbacks/wing.py); the state and checkpointer it does not read."""
+    from ecotrain.callbacks.wing import WingContext
+
+    return WingContext(cfg, state=None, run_dir=path, is_main=is_main, eval_samples=0, checkpointer=None)
 
 
 @pytest.mark.parametrize("name", ["mlflow", "tensorboard"])
@@ -99,11 +101,11 @@ def test_a_tracker_chosen_but_not_installed_is_one_line(name, monkeypatch, tmp_p
     monkeypatch.setattr(importlib.util, "find_spec", lambda mod, *a: None if mod == name else real(mod, *a))
     cfg = load_config(None, [f"tracking.{name}=true"])
     with pytest.raises(ConfigError) as err:
-        tracking.tracking_callbacks(cfg, _Folder(tmp_path))
+        tracking.run_callbacks(_ctx(cfg, tmp_path))
     msg = str(err.value)
     assert "\n" not in msg and f"pip install 'ecotrain[{name}]'" in msg and msg.startswith(f"tracking.{name}: ")
-    assert tracking.tracking_callbacks(cfg, _Folder(tmp_path, is_main=False)) == []  # other ranks: nothing
-    assert tracking.tracking_callbacks(load_config(None, []), _Folder(tmp_path)) == []
+    assert tracking.run_callbacks(_ctx(cfg, tmp_path, is_main=False)) == []  # other ranks: nothing
+    assert tracking.run_callbacks(_ctx(load_config(None, []), tmp_path)) == []
 
 
 def test_plain_runs_and_the_report_module_import_no_tracker():

@@ -21,6 +21,7 @@ import math
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Optional
 
 from ecotrain.accounting import budget as budget_mod
@@ -28,6 +29,7 @@ from ecotrain.accounting.contention import ContentionWatch, merge as merge_conte
 from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, combine_ranks, nvml_gpu_ids
 from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.prices import device_units, price_for
+from ecotrain.accounting.report import write_ledger
 from ecotrain.callbacks.base import Callback
 from ecotrain.device import current_index
 from ecotrain.errors import ConfigError
@@ -47,9 +49,13 @@ def cpu_seconds() -> float:
 
 class Ledger(Callback):
     keeps_state_on_rollback = True  # the cost is what the run really spent, rolled back or not
+    after = ("ContentionWatch",)
+    before = ("MetricsLogger", "ProgressBar", "ProgressLog")  # it adds cost fields to their records
 
-    def __init__(self, cfg, budget, eval_samples: int = 0, contention: Optional[ContentionWatch] = None):
+    def __init__(self, cfg, budget, eval_samples: int = 0, contention: Optional[ContentionWatch] = None,
+                 write_to: Optional[Path] = None):
         self.cfg, self.eval_samples, self.contention = cfg, eval_samples, contention
+        self.write_to = write_to  # the run folder, where ledger.json goes (rank 0's ledger only)
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
         self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
                       "segments": 0, "train_flops": 0.0, "eval_flops": 0.0, "extra_flops": {},
@@ -79,6 +85,8 @@ class Ledger(Callback):
         self._passes0 = 0
         self.remeasures = 0
         self._state = None  # for state_dict(), which gets no state
+        self._dirty = False  # a method said the per-sample work changed: bank, then measure the next step
+        self._extra: dict[str, float] = {}  # this segment's one-off FLOPs by label (add_flops)
         self.timing = None  # accounting.timing.CarbonTiming when carbon.forecast is set: CO2e per interval
 
     # -- set-up --------------------------------------------------------------------------------
@@ -105,9 +113,16 @@ class Ledger(Callback):
             self._next_clock = state.step + _CLOCK_EVERY
         self._t0, self._c0 = time.perf_counter(), cpu_seconds()
 
+    # -- what methods tell it (state.flops_changed / state.add_flops: TrainState.cost_listeners) --
+    def flops_changed(self) -> None:
+        self._dirty = True
+
+    def add_flops(self, n: float, label: str) -> None:
+        self._extra[label] = self._extra.get(label, 0.0) + float(n)
+
     # -- per step: integer and float bookkeeping only ------------------------------------------
     def on_step_start(self, state):
-        if state.flops_dirty:
+        if self._dirty:
             self._bank(state)
         if self._measure:
             self._measure, self._samples_before = False, state.samples_seen
@@ -134,7 +149,7 @@ class Ledger(Callback):
 
     def _bank(self, state) -> None:
         """Close the current FLOPs rate at this step and measure the next step again."""
-        state.flops_dirty = False
+        self._dirty = False
         f = self.step_flops
         if f is not None:
             self.banked["train"] += f.per_sample * (state.samples_seen - self._piece0) * self.world
@@ -203,12 +218,11 @@ class Ledger(Callback):
 
     def extra_flops(self) -> float:
         """One-off costs outside the measured steps (state.add_flops), earlier segments included."""
-        extra = self._state.extra_flops if self._state is not None else {}
-        return sum(self.prior["extra_flops"].values()) + sum(extra.values())
+        return sum(self.prior["extra_flops"].values()) + sum(self._extra.values())
 
     def extra_by_label(self) -> dict:
         out = dict(self.prior["extra_flops"])
-        for k, v in (self._state.extra_flops if self._state is not None else {}).items():
+        for k, v in self._extra.items():
             out[k] = out.get(k, 0.0) + v
         return out
 
@@ -243,6 +257,11 @@ class Ledger(Callback):
         elif energy["kwh"] is not None:
             energy["kwh"] += self.prior["energy_kwh"]
         self.result = self._build(state, spend, energy)  # the trainer writes it as ledger.json
+
+    def on_finished(self, state, memory: dict) -> None:
+        """ledger.json, with `memory`: every rank's peaks (a preempted run: this process's alone)."""
+        if self.write_to is not None and self.result is not None:
+            write_ledger(self.write_to, {**self.result, "memory": memory})
 
     def on_exception(self, state, exc):
         if self._counter.active:

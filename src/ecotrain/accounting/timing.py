@@ -30,6 +30,7 @@ _SLEEP = 1.0  # seconds between checks for a stop signal during a real wait
 
 class CarbonTiming(Callback):
     state_key = "CarbonTiming"
+    after = ("Checkpointer",)  # a pause saves the step every callback has finished
 
     def __init__(self, cfg, checkpointer, preemption=None, ledger=None):
         self.cfg, self.checkpointer, self.preemption, self.ledger = cfg, checkpointer, preemption, ledger

@@ -2,17 +2,25 @@
 
 Hooks, in the order a run meets them:
   on_fit_start, on_epoch_start, on_step_start, on_after_backward, on_step_end, on_log,
-  on_eval_end, on_epoch_end, on_fit_end, on_exception;
+  on_eval_end, on_epoch_end, on_fit_end, on_finished (summary.json written: the run's results are
+  final; a preempted run's state saved), on_exception;
 plus state_dict / load_state_dict so a callback's own state rides in the checkpoint, keyed by the
 callback's stable `state_key` (its class name by default), never by its position in the list: the
 list changes with the TTY, `--quiet` and the rank.
 A callback asks for changes through TrainState flags (`state.stop(...)`, `state.skip_step`).
+
+Order: a callback declares the callbacks it must run after (`after`) or before (`before`), by class
+name; `after = ("*",)` runs it after every callback that does not name it in its own `after` (the
+Checkpointer saves what all the others did this step). `CallbackList` resolves the order once: each
+callback goes where it was given, unless a declaration pulls another one in front of it.
 """
 
 from __future__ import annotations
 
+from ecotrain.errors import CheckpointError, ConfigError
+
 HOOKS = ("on_fit_start", "on_epoch_start", "on_step_start", "on_after_backward", "on_step_end",
-         "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_exception", "on_rollback")
+         "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_finished", "on_exception", "on_rollback")
 
 
 class Callback:
@@ -24,6 +32,8 @@ class Callback:
     # a rollback (divergence guard) restores every callback's state from the checkpoint, except one that
     # measures the run as it really went (the ledger's cost, the guard's own count): those set this
     keeps_state_on_rollback: bool = False
+    after: tuple[str, ...] = ()  # class names this callback runs after ("*": after all that do not name it)
+    before: tuple[str, ...] = ()  # class names this callback runs before
 
     def on_fit_start(self, state): ...
     def on_epoch_start(self, state): ...
@@ -34,6 +44,7 @@ class Callback:
     def on_eval_end(self, state, record: dict): ...
     def on_epoch_end(self, state): ...
     def on_fit_end(self, state): ...
+    def on_finished(self, state, memory: dict): ...  # the results are final; `memory`: every rank's peaks
     def on_exception(self, state, exc: BaseException): ...
     def on_rollback(self, state): ...  # the run was rolled back to an earlier checkpoint (state restored)
 
@@ -47,7 +58,7 @@ class CallbackList:
     """Calls each hook only on the callbacks that override it, so unused hooks cost nothing per step."""
 
     def __init__(self, callbacks):
-        self.callbacks = list(callbacks)
+        self.callbacks = ordered(list(callbacks))
         for hook in HOOKS:
             users = [getattr(cb, hook) for cb in self.callbacks
                      if getattr(type(cb), hook, None) is not getattr(Callback, hook)]
@@ -73,7 +84,6 @@ class CallbackList:
                 continue
             key = cb.state_key or type(cb).__qualname__
             if key in out:
-                from ecotrain.errors import ConfigError
                 raise ConfigError(f"callbacks: two share the state key '{key}'; give one a distinct `state_key`")
             out[key] = cb
         return out
@@ -91,8 +101,41 @@ class CallbackList:
             elif allow_missing:
                 missing.append(key)
             else:
-                from ecotrain.errors import CheckpointError
                 raise CheckpointError(f"{where}: the checkpoint holds no state for callback '{key}' (saved: "
                                       f"{sorted(sd) or 'none'}); resume with the same callbacks, or pass "
                                       "--allow-config-change to start it afresh")
         return missing
+
+
+def ordered(cbs: list) -> list:
+    """The callbacks in the order their declarations ask for: in the order given, except that a
+    callback's predecessors (its `after`, and those that name it in their `before`) are placed first.
+    A circle of declarations is one ConfigError naming it."""
+    names = [type(cb).__name__ for cb in cbs]
+
+    def must_precede(i: int) -> list[int]:
+        cb, name = cbs[i], names[i]
+        star = "*" in cb.after
+        return [j for j in range(len(cbs)) if j != i and (
+            names[j] in cb.after or name in getattr(cbs[j], "before", ())
+            or (star and name not in getattr(cbs[j], "after", ()) and "*" not in getattr(cbs[j], "after", ())))]
+
+    out, done, visiting = [], set(), []
+
+    def visit(i: int) -> None:
+        if i in done:
+            return
+        if i in visiting:
+            loop = [names[j] for j in visiting[visiting.index(i):]] + [names[i]]
+            raise ConfigError(f"callbacks: their declared order is a circle ({' -> '.join(loop)}); "
+                              "change one's `after` or `before`")
+        visiting.append(i)
+        for j in must_precede(i):
+            visit(j)
+        visiting.pop()
+        done.add(i)
+        out.append(cbs[i])
+
+    for i in range(len(cbs)):
+        visit(i)
+    return out

@@ -30,6 +30,8 @@ class BestTracker(Callback):
 class EarlyStopping(Callback):
     """Stops after `patience` evaluations without improvement of BestTracker's monitor."""
 
+    after = ("BestTracker",)  # it reads evals_since_best, which BestTracker keeps
+
     def __init__(self, patience: int):
         self.patience = patience
 

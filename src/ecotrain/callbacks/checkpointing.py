@@ -20,6 +20,8 @@ SAVE_SHARE = 0.01  # periodic saves may take at most this share of the training 
 
 
 class Checkpointer(Callback):
+    after = ("*",)  # it saves what every other callback did this step
+
     def __init__(self, manager, cfg, capture_fn, preemption=None):
         self.manager, self.cfg, self.capture, self.preemption = manager, cfg, capture_fn, preemption
         self.last_saved_step = -1

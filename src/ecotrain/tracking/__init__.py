@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 
 from ecotrain.callbacks.base import Callback
+from ecotrain.callbacks.wing import WingContext
 from ecotrain.errors import ConfigError
 from ecotrain.tracking.base import Tracker, flatten, numeric  # noqa: F401  (the trackers' shared parts)
 
@@ -37,22 +38,22 @@ def require(name: str) -> None:
                           f"or remove tracking.{name} from the config")
 
 
-def tracking_callbacks(cfg, folder) -> list[Callback]:
-    """The trackers `cfg.tracking` chooses (rank 0 only; none elsewhere)."""
-    t = cfg.tracking
-    if not folder.is_main or (t.mlflow is None and t.tensorboard is None):
+def run_callbacks(ctx: WingContext) -> list[Callback]:
+    """The tracking wing: the trackers `config.tracking` chooses (rank 0 only; none elsewhere)."""
+    t = ctx.config.tracking
+    if not ctx.is_main or (t.mlflow is None and t.tensorboard is None):
         return []
     out: list[Callback] = []
     if t.mlflow is not None:
         require("mlflow")
         from ecotrain.tracking.mlflow_tracker import MlflowTracker
 
-        out.append(MlflowTracker(t.mlflow, folder.path))
+        out.append(MlflowTracker(t.mlflow, ctx.run_dir))
     if t.tensorboard is not None:
         require("tensorboard")
         from ecotrain.tracking.tensorboard_tracker import TensorboardTracker
 
-        out.append(TensorboardTracker(t.tensorboard, folder.path))
+        out.append(TensorboardTracker(t.tensorboard, ctx.run_dir))
     return out
 
 

@@ -1,0 +1,23 @@
+"""The accounting wing's callbacks: the contention watch, the ledger and carbon-aware timing."""
+
+from __future__ import annotations
+
+from ecotrain.accounting.contention import ContentionWatch
+from ecotrain.accounting.ledger import Ledger
+from ecotrain.accounting.timing import CarbonTiming
+from ecotrain.callbacks.base import Callback
+from ecotrain.callbacks.wing import WingContext
+
+
+def run_callbacks(ctx: WingContext) -> list[Callback]:
+    cfg = ctx.config
+    watch = ContentionWatch()  # a busy machine: one warning, and the ledger's `contention`
+    out: list[Callback] = [watch]
+    ledger = None
+    if cfg.ledger.enabled:
+        ledger = Ledger(cfg.ledger, cfg.budget, ctx.eval_samples, watch, write_to=ctx.run_dir if ctx.is_main else None)
+        ctx.state.cost_listeners.append(ledger)  # methods' notices: the step's work changed, one-off FLOPs
+        out.append(ledger)
+    if cfg.carbon.forecast:
+        out.append(CarbonTiming(cfg.carbon, ctx.checkpointer, ctx.preemption, ledger))
+    return out
