@@ -7,13 +7,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
 from pathlib import Path
 
-from ecotrain.errors import (EXIT_FAILURE, EXIT_USAGE, ConfigError,
-                             EcotrainError, os_error_line)
-from ecotrain.userpath import user_path
+from ecotrain.continual import commands as continual_commands
+from ecotrain.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
+from ecotrain.green import commands as green_commands
+from ecotrain.log import setup_cli_logging
+from ecotrain.preemption import Preemption
+from ecotrain.speech import commands as speech_commands
 
 
 class _Version(argparse.Action):
@@ -126,232 +128,69 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--metric", default="test_accuracy", help="the verdict's summary.json key (as compare)")
     rp.add_argument("--max-accuracy-drop", type=float, default=0.01)
     rp.add_argument("--min-cost-cut", type=float, default=0.5)
-    for module in COMMAND_MODULES:  # commands that live beside their feature (light imports only)
-        COMMANDS.update(importlib.import_module(module).add_commands(sub))
+    lr = sub.add_parser("lr-find", help="LR range test: a plot and a suggested peak LR (writes no run folder)")
+    lr.add_argument("recipe")
+    lr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=200")
+    lr.add_argument("--steps", type=int, default=200, help="optimizer steps of the sweep (default 200)")
+    lr.add_argument("--start", type=float, default=1e-5, help="first LR (default 1e-5)")
+    lr.add_argument("--end", type=float, default=1.0, help="last LR (default 1)")
+    lr.add_argument("--smooth", type=float, default=0.9, help="EMA factor of the smoothed loss (default 0.9)")
+    lr.add_argument("--diverge", type=float, default=4.0, help="stop once the smoothed loss exceeds this "
+                    "times its minimum (default 4)")
+    lr.add_argument("--out", help="plot path (default runs/<name>-lrfind.png; the curve beside it as .json)")
+    for wing in (continual_commands, speech_commands, green_commands):  # commands beside their feature
+        COMMANDS.update(wing.add_commands(sub))
     return p
 
 
-# Modules with `add_commands(subparsers) -> {name: handler}`; each keeps its heavy imports inside
-# the handler, so `ecotrain --help` stays fast. One line per feature area.
-COMMAND_MODULES: list[str] = [
-    "ecotrain.lrfind",  # lr-find: the LR range test
-    "ecotrain.continual.commands",  # update, versions, promote, rollback, review-queue (docs/updates.md)
-    "ecotrain.speech.commands",  # data speech-digits, speech-feedback (docs/speech.md)
-    "ecotrain.green.commands",  # green: the cheapest recipe within a tolerance (docs/green.md)
-]
+# command -> "module:function" of its handler, imported only when that command runs (_dispatch).
+# Each wing's `add_commands(subparsers)` (argparse only, no torch) adds its own: continual.commands
+# (update, versions, promote, rollback, review-queue; docs/updates.md), speech.commands (data
+# speech-digits, speech-feedback; docs/speech.md), green.commands (green; docs/green.md).
+COMMANDS: dict[str, str] = {
+    "fit": "ecotrain.cli_fit:cmd_fit",
+    "resume": "ecotrain.cli_models:cmd_resume",
+    "plan": "ecotrain.cli_models:cmd_plan",
+    "ledger": "ecotrain.cli_records:cmd_ledger",
+    "compare": "ecotrain.cli_records:cmd_compare",
+    "eval": "ecotrain.cli_models:cmd_eval",
+    "predict": "ecotrain.cli_models:cmd_predict",
+    "bn-report": "ecotrain.cli_models:cmd_bn_report",
+    "report": "ecotrain.cli_records:cmd_report",
+    "lr-find": "ecotrain.lrfind:cmd_lr_find",
+}
 
 
-def cmd_fit(args) -> int:
+class CommandContext:
+    """What a command's handler gets besides its arguments, `handler(args, ctx)`: no handler reads the
+    CLI's globals. `preemption` is the stop-signal handler main() installed (None when _main runs on
+    its own)."""
 
-    from ecotrain.config import load_config
+    def __init__(self, preemption) -> None:
+        self.preemption = preemption
 
-    if getattr(args, "carbon_forecast", None) or getattr(args, "deadline", None):
-        from ecotrain.config_carbon import cli_overrides
+    def committed(self) -> None:
+        """A command's file is in place: a stop signal from here on must not report it as interrupted."""
+        if self.preemption is not None:
+            self.preemption.settle()
 
-        args.overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
-        args.carbon_forecast = args.deadline = None  # now overrides: each seed of a group gets them once
-    if args.init_from:  # before anything is read or written (a FIFO would block the load forever)
-        user_path(args.init_from, "--init-from", "give a checkpoint or run folder, a .safetensors file or a "
-                  "state_dict file", folder=True)
-    cfg = load_config(args.recipe, args.overrides)
-    if args.print_config:
-        from ecotrain.rundir import config_yaml
-
-        print(config_yaml(cfg.to_dict()), end="")
-        return 0
-    from ecotrain import threads
-
-    # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
-    threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
-    from ecotrain.entry import fit_recipe
-
-    def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:
-        return _hard_exit(fit_recipe(args.recipe, overrides, run_dir, quiet=args.quiet, resume=resume,
-                                     allow_config_change=args.allow_config_change, init_from=args.init_from,
-                                     keep_optimizer=args.keep_optimizer, overwrite=overwrite, preemption=_PREEMPTION))
-
-    if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
-        from ecotrain.sweep import fit_seeds
-
-        return fit_seeds(args.recipe, args.overrides, args.seeds, args.run_dir, cfg.name, resume=args.resume,
-                         overwrite=args.overwrite, fit_one=one)
-    return one(args.overrides, args.run_dir)
+    def trained(self, code: int) -> int:
+        """A training run ended with `code`; a torchrun worker then ends with os._exit (see main)."""
+        if _torchrun_worker():
+            _HARD_EXIT.append(code)
+        return code
 
 
-def cmd_resume(args) -> int:
-    from ecotrain.entry import resume_run
-
-    return _hard_exit(resume_run(args.run_dir, args.overrides, quiet=args.quiet,
-                                 allow_config_change=args.allow_config_change, preemption=_PREEMPTION))
-
-
-def _hard_exit(code: int) -> int:
-    if _torchrun_worker():
-        _HARD_EXIT.append(code)  # a torchrun worker: end with os._exit (see main)
-    return code
+def _dispatch(args) -> int:
+    """Run the command's handler. Its module is imported here, the one place, and only now: the
+    handlers' modules import torch at their top, and `ecotrain --help`, the parser and the signal
+    handler must start without it (docs/architecture.md)."""
+    module, _, name = COMMANDS[args.command].partition(":")
+    handler = getattr(importlib.import_module(module), name)
+    return handler(args, CommandContext(_PREEMPTION))
 
 
-def cmd_plan(args) -> int:
-    from ecotrain.config import load_config
-    from ecotrain.device import resolve_device
-    from ecotrain.memory.estimate import format_plan, make_plan
-
-    budget = [f"memory.budget={args.budget}"] if args.budget else []
-    cfg = load_config(args.recipe, [*args.overrides, *budget])
-    if args.out and cfg.memory.budget is None:
-        raise ConfigError("plan --out: needs --budget (the page shows the plans measured for it)")
-    plan, blocks = make_plan(cfg)
-    print(format_plan(cfg, plan, blocks))
-    if args.measure or (args.measure is None and resolve_device(cfg.device).type == "cuda"):
-        _plan_measured(cfg, plan)
-    if cfg.memory.budget is None:
-        return 0
-    from ecotrain import threads
-    from ecotrain.memory.planner import format_search
-    from ecotrain.memory.measure import run_search
-
-    with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
-        search = run_search(cfg)
-    batch = cfg.data.batch_size * cfg.loop.accumulate
-    print(format_search(search, batch))
-    if args.out:
-        from ecotrain.report.memory_page import write_page
-
-        print(f"page: {write_page(search.record(batch), args.out, cfg.name)}")
-    return 0 if search.chosen else 1
-
-
-def _plan_measured(cfg, plan) -> None:
-    """`plan`'s measured lines: the config as written, trained a few steps in a fresh process."""
-    from ecotrain import threads
-    from ecotrain.memory.measure import measure_config
-    from ecotrain.memory.estimate import measured_report
-
-    with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
-        r = measure_config(cfg)
-    lines, failed = measured_report(plan, r.out, r.device, cfg.memory.search_steps, r.error)
-    if lines:
-        print("\n".join(lines))
-    if failed:
-        raise (ConfigError if r.returncode == EXIT_USAGE else EcotrainError)(failed)
-
-
-def cmd_ledger(args) -> int:
-    from ecotrain.accounting import read_ledger
-    from ecotrain.accounting.report import format_ledger, restate
-
-    ledger = read_ledger(args.run_dir, table=True)
-    print(format_ledger(ledger))
-    if args.regions:
-        print()
-        print(restate(ledger, [r for r in args.regions.split(",") if r.strip()]))
-    return 0
-
-
-def cmd_compare(args) -> int:
-    from ecotrain.accounting.compare import compare, split_runs
-
-    base, cand = split_runs(args.baseline), split_runs(args.candidate)
-    pos = list(args.runs)
-    if not base and pos:
-        base = split_runs([pos.pop(0)])
-    if not cand and pos:
-        cand = split_runs([pos.pop(0)])
-    if pos or not base or not cand:
-        raise ConfigError("compare: give BASELINE CANDIDATE (each a run folder or a comma list), "
-                          "or --baseline RUN... --candidate RUN...")
-    report, ok = compare(base, cand, args.max_accuracy_drop, args.min_cost_cut, args.by, args.metric)
-    print(report)
-    return 0 if ok else 1
-
-
-def cmd_eval(args) -> int:
-    from ecotrain.inference import evaluate
-
-    if _registry_served(args):
-        from ecotrain.continual import serve
-
-        record, path = serve.evaluate(args.registry, args.target, args.data[0], args.out, args.cohort)
-        _committed()
-        print(f"accuracy: {record['accuracy']:.4f} ({record['samples']} samples, served by "
-              + ", ".join(f"{v} {r['samples']} at {r['accuracy']:.4f}" for v, r in record["routes"].items()) + ")")
-        print(f"wrote {path}")
-        return 0
-    record, path = evaluate(args.target, args.data, args.split, args.out, domain=args.domain)
-    _committed()
-    for k, v in record.items():
-        if isinstance(v, float):
-            print(f"{record['split']}_{k}: {v:.4f}")
-    for key, r in record.get("domains", {}).items():  # an .npz domain column: each domain's own figures
-        print(f"domain {key}: accuracy {r.get('accuracy', float('nan')):.4f} ({r['samples']} samples, "
-              f"{r['bn_statistics']} statistics)")
-    if "domain" in record:
-        print(f"domain {record['domain']}: {record['bn_statistics']} BatchNorm statistics")
-    print(f"samples: {record['samples']} ({record['split']}, eval mode)")
-    print(f"wrote {path}")
-    return 0
-
-
-def _registry_served(args) -> bool:
-    """eval/predict of a registry's deployment: --registry, one .npz, no --split."""
-    if args.registry is None:
-        if args.cohort is not None:
-            raise ConfigError("--cohort: only with --registry (a run folder is one model: nothing to route)")
-        return False
-    if args.domain is not None:
-        raise ConfigError("--domain: not with --registry (a registry routes by --cohort); give a run folder")
-    if len(args.data) != 1 or args.split:
-        raise ConfigError("--registry: give --data ONE.npz (x, optional y and cohort), without --split")
-    return True
-
-
-def cmd_predict(args) -> int:
-    from ecotrain.inference import predict
-
-    if _registry_served(args):
-        from ecotrain.continual import serve
-
-        rows, path, counts = serve.predict(args.registry, args.target, args.data[0], args.out, args.cohort)
-        _committed()
-        print(f"wrote {rows} predictions to {path} (served by " + ", ".join(f"{v}: {n}" for v, n in counts.items())
-              + ")")
-        return 0
-    rows, path = predict(args.target, args.data, args.out, args.split, domain=args.domain)
-    _committed()
-    print(f"wrote {rows} predictions to {path}")
-    return 0
-
-
-def cmd_bn_report(args) -> int:
-    from ecotrain.methods.batchnorm import format_report, read_report
-
-    print(format_report(read_report(args.run_dir)))
-    return 0
-
-
-def _committed() -> None:
-    """A command's file is in place: a stop signal from here on must not report it as interrupted."""
-    if _PREEMPTION is not None:
-        _PREEMPTION.settle()
-
-
-def cmd_report(args) -> int:
-    from ecotrain.accounting.compare import split_runs
-    from ecotrain.report import DEFAULT_REGIONS, build_report
-
-    groups = [split_runs([item]) for item in args.runs]
-    regions = [r for r in args.regions.split(",") if r.strip()] if args.regions else DEFAULT_REGIONS
-    path = build_report(groups, args.out, regions, args.by, args.metric, args.max_accuracy_drop, args.min_cost_cut)
-    _committed()
-    print(f"report: {path}")
-    return 0
-
-
-COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "plan": cmd_plan, "ledger": cmd_ledger, "compare": cmd_compare,
-            "eval": cmd_eval, "predict": cmd_predict, "bn-report": cmd_bn_report, "report": cmd_report}
-
-
-# Set by _run when this process trained under torchrun with several ranks: its files are closed and
+# Set by CommandContext.trained when this process trained under torchrun with several ranks: its files are closed and
 # fsynced, and C++ teardown of the gloo group can abort at exit (distributed.py), so main() ends the
 # worker with os._exit. An explicit record of what this process did, not an environment variable.
 _HARD_EXIT: list[int] = []
@@ -360,9 +199,6 @@ TRAINS = ("fit", "resume", "update", "green")  # a stop signal finishes the step
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ecotrain.preemption import Preemption
-    from ecotrain.log import setup_cli_logging
-
     global _PREEMPTION
     _PREEMPTION = Preemption()
     _PREEMPTION.install()  # before torch is imported: a SIGTERM during start-up is answered, not fatal
@@ -402,8 +238,8 @@ def _main(argv: list[str] | None = None) -> int:
         if _PREEMPTION.requested:  # a signal during start-up
             print("ecotrain: interrupted", file=sys.stderr)
             return 130
-    try:
-        return COMMANDS[args.command](args)
+    try:  # the handler's module is imported in here: a failure or Ctrl-C while importing meets the boundary too
+        return _dispatch(args)
     except EcotrainError as exc:
         print(f"ecotrain: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -462,7 +298,7 @@ def _resume_hint(args) -> str:
             return ""
     except OSError:
         return ""
-    from ecotrain.checkpoint import list_checkpoints
+    from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli.py must not
 
     ckpts = list_checkpoints(run)  # newest first
     return f"; checkpoint {ckpts[0].name} is intact: `ecotrain resume {run}` continues from it" if ckpts else ""
@@ -490,7 +326,7 @@ def _user_frame(exc: BaseException) -> str:
 
 
 def _cache_folder() -> Path:
-    from ecotrain.data.cache import cache_dir
+    from ecotrain.data.cache import cache_dir  # here: it imports torch, which cli.py must not
 
     return Path(cache_dir())
 

@@ -32,16 +32,23 @@ import numpy as np
 import torch
 from torch import nn
 
+from ecotrain import loop
+from ecotrain.checkpoint import list_checkpoints, read_checkpoint
+from ecotrain.checkpoint.format import load_state_dict_file, unflatten
+from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import Config, _merge, build_config, load_config, parse_overrides
 from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
-from ecotrain.data.builtin import csv_features, csv_numbers, read_csv
+from ecotrain.data.builtin import _tensors, csv_features, csv_numbers, describe, read_csv
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.jsonfile import read_json
 from ecotrain.log import log
+from ecotrain.methods import build_methods
 from ecotrain.methods.bn_domain import serving, use_domain
+from ecotrain.models import build_model
 from ecotrain.rundir import atomic_write, refuse_overwriting
+from ecotrain.task import build_task
 from ecotrain.userpath import user_path
 
 SPLITS = ("test", "val", "train", "all")
@@ -68,9 +75,6 @@ class Trained:
 
 def _locate(path: Path):
     """(config, state_dict, weights description, default output folder, prefix) of a run or checkpoint folder."""
-    from ecotrain.checkpoint import list_checkpoints, read_checkpoint
-    from ecotrain.checkpoint.format import load_state_dict_file, unflatten
-
     if not path.exists():
         raise ConfigError(f"{path}: not found; give a run folder or a checkpoint folder")
     if not path.is_dir():
@@ -102,10 +106,6 @@ def _locate(path: Path):
 
 def load_trained(target: str | Path, device: str = "auto") -> Trained:
     """Rebuild the model of a run folder or checkpoint folder with its weights, in eval mode."""
-    from ecotrain.checkpoint.snapshot import load_model_weights
-    from ecotrain.methods import build_methods
-    from ecotrain.models import build_model
-
     path = Path(target)
     cfg, weights, where, out_dir, prefix = _locate(path)
     columns = kept_columns(path, prefix, out_dir, cfg)
@@ -186,8 +186,6 @@ def _labelled(cfg: Config) -> bool:
 
 def _features_only(cfg: Config) -> ArraySource:
     """An unlabelled .npz (`x`) or .csv (every column a feature), checked like training data; labels -1."""
-    from ecotrain.data.builtin import _tensors, describe
-
     path = Path(cfg.data.path)
     if cfg.data.name == "npz":
         try:
@@ -331,9 +329,6 @@ def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out:
     """Evaluate a run folder's or checkpoint's model in eval mode; write the metrics JSON. Returns (metrics, path).
     `domain`: the BatchNorm statistics of that domain (a model trained with `policy: domain`; an unknown
     key gets the pre-trained ones); without it, an .npz's `domain` column routes each row to its own."""
-    from ecotrain import loop
-    from ecotrain.task import build_task
-
     trained = load_trained(target, device)
     src, split, label, _ = eval_data(trained, list(data), split)
     stats, column = serving(trained, domain, list(data), split, len(src))

@@ -16,30 +16,23 @@ cautious choice for SGD or when the curve is noisy.
 
 from __future__ import annotations
 
+import io
 import math
 import tempfile
 from pathlib import Path
 
+from ecotrain import distributed, loop
+from ecotrain.assemble import RunOptions, UserParts, assemble
+from ecotrain.config import build_config, load_config
+from ecotrain.device import resolve_device
 from ecotrain.errors import ConfigError
+from ecotrain.preemption import Preemption
+from ecotrain.rundir import atomic_write, file_in_the_way, refuse_overwriting, write_json
+from ecotrain.seeding import deterministic_algorithms, seed_everything
 
 
-def add_commands(sub) -> dict:
-    p = sub.add_parser("lr-find", help="LR range test: a plot and a suggested peak LR (writes no run folder)")
-    p.add_argument("recipe")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=200")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps of the sweep (default 200)")
-    p.add_argument("--start", type=float, default=1e-5, help="first LR (default 1e-5)")
-    p.add_argument("--end", type=float, default=1.0, help="last LR (default 1)")
-    p.add_argument("--smooth", type=float, default=0.9, help="EMA factor of the smoothed loss (default 0.9)")
-    p.add_argument("--diverge", type=float, default=4.0, help="stop once the smoothed loss exceeds this "
-                   "times its minimum (default 4)")
-    p.add_argument("--out", help="plot path (default runs/<name>-lrfind.png; the curve beside it as .json)")
-    return {"lr-find": cmd_lr_find}
-
-
-def cmd_lr_find(args) -> int:
-    from ecotrain.config import load_config
-
+def cmd_lr_find(args, ctx) -> int:
+    """`ecotrain lr-find RECIPE [overrides]` (cli.py parses the arguments; `ctx`: its CommandContext)."""
     cfg = load_config(args.recipe, args.overrides)
     if args.steps < 10:
         raise ConfigError(f"--steps {args.steps}: at least 10 steps are needed to find a slope")
@@ -55,8 +48,6 @@ def cmd_lr_find(args) -> int:
         raise ConfigError(f"--out {out}: the plot's path, and the curve goes beside it as .json; give a .png name")
     if out.with_suffix(".json").is_dir():
         raise ConfigError(f"--out {out}: the curve's path {out.with_suffix('.json')} is a folder; choose another --out")
-    from ecotrain.rundir import file_in_the_way, refuse_overwriting
-
     blocked = file_in_the_way(out)
     if blocked is not None:
         raise ConfigError(f"--out {out}: {blocked} is a file, not a folder")
@@ -64,8 +55,6 @@ def cmd_lr_find(args) -> int:
         refuse_overwriting(written, "--out", [args.recipe])
     result = range_test(cfg, args.steps, args.start, args.end, args.smooth, args.diverge)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from ecotrain.rundir import write_json
-
     write_json(out.with_suffix(".json"), result)
     plotted = plot(result, out)
     s = result["suggestion"]
@@ -82,15 +71,6 @@ def cmd_lr_find(args) -> int:
 def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, diverge: float = 4.0) -> dict:
     """Train a copy of the recipe's initial model with an exponentially growing LR; the curve and
     the suggestion. Nothing is written."""
-    # here, not at the top: the CLI imports this module for `ecotrain --help`, which must not load torch
-
-    from ecotrain import distributed, loop
-    from ecotrain.assemble import RunOptions, UserParts, assemble
-    from ecotrain.config import build_config
-    from ecotrain.device import resolve_device
-    from ecotrain.preemption import Preemption
-    from ecotrain.seeding import deterministic_algorithms, seed_everything
-
     tree = cfg.to_dict()  # no ledger, trackers or checkpoints: the test is not a run
     tree["ledger"]["enabled"], tree["tracking"] = False, {}
     tree["budget"] = {}
@@ -174,9 +154,6 @@ def plot(result: dict, out: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    from ecotrain.rundir import atomic_write
-    import io
-
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot(result["lrs"], result["losses"], color="0.75", lw=0.8, label="loss")
     ax.plot(result["lrs"], result["smoothed"], color="C0", lw=1.8, label="smoothed")

@@ -12,6 +12,7 @@ import torch
 
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, unflatten
+from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
 from ecotrain.checkpoint.snapshot import environment, load_model_weights, restore
 from ecotrain.config import build_config, diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
@@ -79,8 +80,6 @@ def steps_past(metrics: Path, offset: int | None, step: int) -> int:
 def auto(run_dir, overwrite: bool = False) -> tuple[Path | None, bool]:
     """`resume="auto"` (`--resume auto`): (the run folder's newest valid checkpoint or None, overwrite).
     A first try killed before its first checkpoint left only a partial run: it starts again."""
-    from ecotrain.checkpoint.manager import latest_valid
-
     if not run_dir:
         raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
     run_dir = Path(run_dir)
@@ -113,8 +112,6 @@ def finished(run_dir, checkpoint, config) -> dict | None:
 def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool = False, say: bool = True) -> Path:
     """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
     when it has none, or when the optimizer state is wanted too. `say`: tell the user which."""
-    from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
-
     tell = _warn if say else (lambda msg: None)
     best = path / "model.safetensors"
     if best.is_file() and not (keep_optimizer or checkpoint_only):

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from ecotrain.errors import ConfigError
+from ecotrain.log import log
+from ecotrain.rundir import default_run_dir, file_in_the_way, holds_run, write_json
 
 GROUP_SCHEMA = 1
 GROUP_SUFFIX = "-group.json"
@@ -56,8 +58,6 @@ def group_paths(prefix: Path, seeds: list[int]) -> tuple[Path, list[Path]]:
 
 def write_group(path: Path, name: str, recipe: str, overrides: list[str], seeds: list[int], runs: list[Path],
                 finished: list[Path]) -> None:
-    from ecotrain.rundir import write_json
-
     # run folders are stored relative to the group file: siblings, so the set can be moved as one
     rel = [r.name if r.parent.resolve() == path.parent.resolve() else str(r.resolve()) for r in runs]
     write_json(path, {"schema": GROUP_SCHEMA, "kind": "ecotrain.seed_group", "name": name, "recipe": recipe,
@@ -98,7 +98,7 @@ def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
     """A finished run kept by `--resume auto` must be the run asked for now, not an older recipe's."""
     import yaml
 
-    from ecotrain.config import diff_configs, load_config
+    from ecotrain.config import diff_configs, load_config  # pydantic: compare reads group files via this module
 
     want = load_config(recipe, overrides).to_dict()
     try:
@@ -117,9 +117,6 @@ def fit_seeds(recipe, overrides: list, seeds_text: str, run_dir, name: str, *, r
     command's options) once per seed, each with its own run folder and `seed=N`, keeping the group
     file current. Stops at the first run that does not end normally (preempted, diverged) and returns
     its exit code; `resume="auto"` then continues the group."""
-    from ecotrain.log import log
-    from ecotrain.rundir import default_run_dir, file_in_the_way, holds_run
-
     seeds = parse_seeds(seeds_text)
     overrides = list(overrides)
     if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):

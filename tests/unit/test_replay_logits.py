@@ -111,7 +111,7 @@ def test_a_buffer_without_logits_takes_the_starting_models_and_a_resume_keeps_th
         fit(_cfg(tiny_cfg, [entry]), run_dir=tmp_path / "none")  # random weights' logits would be noise
     assert not (tmp_path / "none").exists()
     cfg = _cfg(tiny_cfg, [entry], **{"checkpoint.every_n_steps": 4, "ledger.enabled": True, "ledger.energy": "off"})
-    full = fit(cfg, run_dir=tmp_path / "full", init_from=tmp_path / "v0", quiet=True)
+    fit(cfg, run_dir=tmp_path / "full", init_from=tmp_path / "v0", quiet=True)
     assert _logged(tmp_path / "full", "loss_replay_logits")[0] == pytest.approx(0.0, abs=1e-6)  # v0's own logits
     ledger = json.loads((tmp_path / "full" / "ledger.json").read_text())
     assert ledger["flops"]["extra"]["replay.logits"] > 0  # the one-off forward is charged (state.add_flops)

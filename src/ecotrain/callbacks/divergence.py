@@ -36,6 +36,9 @@ from typing import Callable, Optional
 import torch
 
 from ecotrain.callbacks.base import Callback, CallbackList
+from ecotrain.checkpoint.format import read_checkpoint
+from ecotrain.checkpoint.manager import list_checkpoints
+from ecotrain.checkpoint.snapshot import restore
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.log import log
 
@@ -186,10 +189,6 @@ def roll_back(state, cbs: CallbackList, augment, manager) -> Optional[tuple[Path
     """Restore the newest checkpoint whose tensors are all finite into the live run, as a resume
     would (checkpoint.snapshot.restore); newer checkpoints holding non-finite tensors are removed (a
     later `--resume auto` must not pick them). Returns (its folder, the restored state) or None."""
-    from ecotrain.checkpoint.format import read_checkpoint
-    from ecotrain.checkpoint.manager import list_checkpoints
-    from ecotrain.checkpoint.snapshot import restore
-
     manager.wait()  # a background save in flight is the newest checkpoint
     for folder in list_checkpoints(state.run_dir):
         try:

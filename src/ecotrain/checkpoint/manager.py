@@ -12,6 +12,7 @@ from typing import Optional
 from ecotrain.checkpoint.format import verify_checkpoint, write_checkpoint
 from ecotrain.checkpoint.sharded import write_sharded, write_sharded_async
 from ecotrain.errors import CheckpointError
+from ecotrain.log import log
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -39,7 +40,6 @@ def latest_valid(run_dir: Path, warn=None) -> Optional[Path]:
     """The newest checkpoint that verifies; each newer broken one is reported and skipped.
     `warn(message)` gets one message per skipped checkpoint (default: `ecotrain: warning: ...` on stderr)."""
     if warn is None:
-        from ecotrain.log import log
         warn = log.warning
     for p in list_checkpoints(run_dir):
         try:

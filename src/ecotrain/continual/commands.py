@@ -1,11 +1,8 @@
-"""CLI commands of continual updates: update, versions, promote, rollback, review-queue (docs/updates.md).
-Heavy imports stay inside the handlers."""
+"""The parsers of continual updates' commands: update, versions, promote, rollback, review-queue
+(docs/updates.md). Argparse only, no torch (`ecotrain --help` imports this module); the bodies are in
+continual/cli_continual.py, which cli.py imports when one of the commands runs."""
 
 from __future__ import annotations
-
-import json
-
-from ecotrain.errors import ConfigError
 
 REGISTRY_HELP = "the registry: a folder (default ./registry), or mlflow:TRACKING_URI[#MODEL] (MLflow's Model Registry)"
 
@@ -59,96 +56,8 @@ def add_commands(sub) -> dict:
     q.add_argument("--top", type=int, default=50, help="how many of each kind (default 50)")
     q.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     q.add_argument("--label-map", help="as for update")
-    return {"update": cmd_update, "versions": cmd_versions, "promote": cmd_promote, "rollback": cmd_rollback,
-            "review-queue": cmd_review_queue}
-
-
-def _fraction(value: float, flag: str) -> float:
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{flag} {value}: must be between 0 and 1")
-    return value
-
-
-def cmd_update(args) -> int:
-    from ecotrain import cli
-    from ecotrain.continual.drift import DriftThresholds
-    from ecotrain.continual.gate import GatePolicy
-    from ecotrain.continual.update import UpdateOptions, update
-
-    if args.cap is not None:
-        _fraction(args.cap, "--cap")
-    average = ()
-    if args.average:
-        try:
-            average = tuple(_fraction(float(a), "--average") for a in args.average.split(","))
-        except ValueError:
-            raise ConfigError(f"--average {args.average}: give alphas in [0, 1], comma-separated (1,0.5,0.25)") from None
-    for flag in ("tolerance", "min_gain", "contradiction_threshold", "drift_label_shift", "drift_confidence_shift",
-                 "drift_ece", "drift_cohort_error"):
-        _fraction(getattr(args, flag), "--" + flag.replace("_", "-"))
-    opts = UpdateOptions(GatePolicy(args.tolerance, args.min_gain, args.cap),
-                         DriftThresholds(args.drift_label_shift, args.drift_confidence_shift, args.drift_ece,
-                                         args.drift_cohort_error),
-                         args.label_map, args.contradiction_threshold, args.drop_contradicted, args.slice_name,
-                         args.recipe, quiet=not args.progress, cohort=args.cohort,
-                         average=average)
-    out = update(args.registry, args.base, args.data, args.overrides, opts, cli._PREEMPTION)
-    m = out.meta["metrics"]
-    print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
-    avg_f = m.get("average_forgetting")
-    print(f"average_accuracy={m['average_accuracy']:.4f}" + (f" average_forgetting={avg_f:.4f}" if avg_f is not None
-                                                              else ""))
-    print(f"{out.version}: {out.reason}")
-    return 0 if out.promoted else 1
-
-
-def cmd_versions(args) -> int:
-    from ecotrain.continual.registry import format_table
-    from ecotrain.continual.registry_mlflow import open_registry
-
-    reg = open_registry(args.registry)
-    if args.action == "add":
-        if not args.target:
-            raise ConfigError("versions add: give the run folder, e.g. `ecotrain versions add runs/base`")
-        from ecotrain.continual.update import register_run
-
-        out = register_run(args.registry, args.target, args.slice_name, args.data)
-        print(f"{out.version}: {out.reason}" + (" (current)" if out.promoted else ""))
-        return 0
-    if args.action == "show":
-        name = reg.resolve(args.target or "current")
-        meta = reg.read_meta(name)
-        shown = {k: meta.get(k) for k in ("parent", "created", "weights", "classes_seen", "data", "slices",
-                                          "metrics", "drift", "labels")}
-        print(json.dumps({"version": name, **reg.index()["versions"][name], **shown}, indent=2))
-        return 0
-    print(format_table(reg.existing_index()))  # a mistyped --registry is an error, not an empty list
-    return 0
-
-
-def cmd_promote(args) -> int:
-    from ecotrain.continual.registry import promote
-    from ecotrain.continual.registry_mlflow import open_registry
-
-    print(promote(open_registry(args.registry), args.version))
-    return 0
-
-
-def cmd_rollback(args) -> int:
-    from ecotrain.continual.registry import rollback
-    from ecotrain.continual.registry_mlflow import open_registry
-
-    print(rollback(open_registry(args.registry), args.cohort))
-    return 0
-
-
-def cmd_review_queue(args) -> int:
-    from pathlib import Path
-
-    from ecotrain.continual.review import review_queue
-
-    if Path(args.out).is_dir():  # else the finished queue would fail to replace it, after all the work
-        raise ConfigError(f"--out {args.out}: is a folder; give a .csv or .json file")
-    n, path = review_queue(args.target, args.data, args.out, args.registry, args.top, args.label_map)
-    print(f"wrote {n} examples to review to {path}")
-    return 0
+    return {"update": "ecotrain.continual.cli_continual:cmd_update",  # command -> "module:function" (cli.py)
+            "versions": "ecotrain.continual.cli_continual:cmd_versions",
+            "promote": "ecotrain.continual.cli_continual:cmd_promote",
+            "rollback": "ecotrain.continual.cli_continual:cmd_rollback",
+            "review-queue": "ecotrain.continual.cli_continual:cmd_review_queue"}

@@ -48,6 +48,7 @@ from ecotrain.data.cache import cache_dir
 from ecotrain.errors import CheckpointError, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.tracking import EXTRAS, flatten, numeric
+from ecotrain.tracking.mlflow_tracker import experiment_id
 
 PREFIX = "mlflow:"
 DEFAULT_MODEL = "ecotrain"
@@ -242,8 +243,6 @@ class MlflowRegistry(Registry):
             raise
 
     def _experiment(self) -> str:
-        from ecotrain.tracking.mlflow_tracker import experiment_id
-
         return experiment_id(self.client(), self.uri, EXPERIMENT)
 
     def _ensure_model(self):

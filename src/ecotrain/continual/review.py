@@ -21,20 +21,19 @@ from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.labels import load_label_map, normalise, review_rows
 from ecotrain.continual.registry import VERSION_RE
 from ecotrain.continual.registry_mlflow import open_registry
+from ecotrain.continual.update import load_version_model
 from ecotrain.errors import ConfigError, DataError
+from ecotrain.inference import load_trained
 from ecotrain.rundir import atomic_write, refuse_overwriting
 
 
 def _model(target: str, registry: str):
     """(model, input shape, classes) of a version name / `current`, or of a run or checkpoint folder."""
     if not Path(target).exists() and (target == "current" or VERSION_RE.fullmatch(target)):
-        from ecotrain.continual.update import load_version_model
-
         reg = open_registry(registry)
         name = reg.resolve(target)
         meta = reg.read_meta(name)
         return load_version_model(reg, name), tuple(meta["input_shape"]), meta["num_classes"]
-    from ecotrain.inference import load_trained
 
     t = load_trained(target, "cpu")
     return t.model, tuple(t.bundle.input_shape), t.bundle.num_classes

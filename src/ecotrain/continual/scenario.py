@@ -16,7 +16,10 @@ from typing import Optional
 
 import numpy as np
 
+from ecotrain.config import Config, DataConfig
+from ecotrain.data.builtin import _mnist1d
 from ecotrain.errors import ConfigError
+from ecotrain.rundir import atomic_write
 
 NUM_CLASSES = 10
 
@@ -34,9 +37,6 @@ class Task:
 def split_mnist1d(num_samples: int = 6250, tasks: int = 5, seed: int = 0) -> list[Task]:
     """The tasks in order; task k holds the classes of `class_order(tasks, seed)[k]`. mnist1d keeps
     80% of `num_samples` for training (6250: 5,000 training and 1,250 test examples)."""
-    from ecotrain.config import Config, DataConfig
-    from ecotrain.data.builtin import _mnist1d
-
     if tasks < 1 or NUM_CLASSES % tasks:
         raise ConfigError(f"split_mnist1d: tasks={tasks} must divide the {NUM_CLASSES} classes (1, 2, 5 or 10)")
     (x, y), (x_test, y_test), _ = _mnist1d(Config(data=DataConfig(num_samples=num_samples)))
@@ -66,8 +66,6 @@ def joint(tasks: list[Task]) -> Task:
 
 def save_task(task: Task, path: Path) -> None:
     """One task as an .npz that `data.name: npz` reads, written atomically."""
-    from ecotrain.rundir import atomic_write
-
     arrays = {"x": task.x, "y": task.y, "x_test": task.x_test, "y_test": task.y_test}
     if task.cohort is not None:
         arrays["cohort"] = task.cohort

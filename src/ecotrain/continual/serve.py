@@ -29,9 +29,11 @@ from torch import nn
 
 from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.incoming import checked_cohort, checked_labels, checked_x, load_npz
+from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
 from ecotrain.continual.versions import load_version_model
 from ecotrain.errors import ConfigError, DataError
+from ecotrain.inference import _writable, _write
 
 ROUTER_FILE = "router.safetensors"
 ROUTER_SAMPLE = 256  # inputs per version kept for the router: enough for a linear model, kilobytes
@@ -143,8 +145,6 @@ def read_requests(path: Path, meta: dict, cohort: Optional[str]):
 
 
 def _serve(registry, version: str, data: str, cohort: Optional[str]):
-    from ecotrain.continual.registry_mlflow import open_registry
-
     reg = open_registry(registry)
     dep = Deployment.load(reg, version)
     x, y, given = read_requests(Path(data), reg.read_meta(dep.base), cohort)
@@ -154,8 +154,6 @@ def _serve(registry, version: str, data: str, cohort: Optional[str]):
 
 def predict(registry, version: str, data: str, out: str, cohort: Optional[str] = None) -> tuple[int, Path, dict]:
     """CSV: index, prediction, [label], cohort given, version that served it, prob_0..prob_{K-1}."""
-    from ecotrain.inference import _writable, _write
-
     path = _writable(Path(out), "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
     buf = io.StringIO()
@@ -173,8 +171,6 @@ def predict(registry, version: str, data: str, out: str, cohort: Optional[str] =
 
 def evaluate(registry, version: str, data: str, out: Optional[str], cohort: Optional[str] = None) -> tuple[dict, Path]:
     """Accuracy of the deployment as served (routes as in predict), overall and per route."""
-    from ecotrain.inference import _writable, _write
-
     path = Path(out) if out else Path(data).with_suffix("").with_name(Path(data).stem + "-eval.json")
     _writable(path, "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)

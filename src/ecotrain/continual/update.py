@@ -27,6 +27,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ecotrain.checkpoint.format import load_state_dict_file
+from ecotrain.config import _merge, build_config, load_config, parse_overrides
 from ecotrain.continual.drift import DriftThresholds, drift_report
 from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
 from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
@@ -37,7 +39,12 @@ from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
 from ecotrain.continual.versions import LOAD_ONLY_SKIP, build_bare, lineage, load_version_model  # noqa: F401
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
+from ecotrain.finish import save_weights
+from ecotrain.inference import load_trained
 from ecotrain.log import log
+from ecotrain.methods.adapters import is_adapted, merge
+from ecotrain.methods.average import averaged_model
+from ecotrain.trainer import fit
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
 
@@ -73,8 +80,6 @@ class Outcome:
 # -- the update -------------------------------------------------------------------------------------
 def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz: Path, overrides: list[str],
                     recipe: Optional[str]):
-    from ecotrain.config import _merge, build_config, load_config, parse_overrides
-
     if recipe:
         tree = load_config(recipe).to_dict()
     else:  # the base's own methods; their `from`/`teacher` pointed at the base's parent: re-pointed below
@@ -106,9 +111,6 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
 
 def update(registry: str | Path, base: str, data: str | Path, overrides: list[str], opts: UpdateOptions,
            preemption=None) -> Outcome:
-    from ecotrain.finish import save_weights
-    from ecotrain.trainer import fit
-
     reg = open_registry(registry)
     base = reg.resolve(base)
     base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
@@ -184,8 +186,6 @@ def choose_average(base_model, cand, holdout: list[Slice], recent: Slice, opts: 
     """Weight averaging (methods/average.py) with alpha chosen on the gate's slices: the candidate
     averaged with the base, alphas tried from the largest (most of the new model) down; the first the
     gate takes wins, else the smallest is what the gate will reject. Returns (model, record)."""
-    from ecotrain.methods.average import averaged_model
-
     if opts.cohort is not None:
         raise ConfigError("--average with --cohort: a cohort's version is gated as served; average without "
                           "--cohort, or train the cohort's version plain")
@@ -217,8 +217,6 @@ def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:
 
 def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts, hashes,
                        drift, label_report, y_train, summary, x_train=None, averaged=None) -> Outcome:
-    from ecotrain.checkpoint.format import load_state_dict_file
-
     slices = [*holdout, recent]
     if opts.cohort is None:
         base_m, cand_m = slice_metrics(base_model, slices), slice_metrics(cand, slices)
@@ -284,8 +282,6 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     """Bootstrap: register a finished run as a version. Its evaluation slice is `data`'s test split (or
     all of it), else the run's own test split (validation when it has none). The first version becomes
     `current`; later ones are candidates until promoted."""
-    from ecotrain.inference import load_trained
-
     reg = open_registry(registry)
     run = Path(run)
     trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
@@ -320,8 +316,6 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     work = reg.root / "work" / f"register-{os.getpid()}"
     files[ROUTER_FILE] = write_router_sample(tx.float(), cfg.get("seed", 0), work)
     if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
-        from ecotrain.methods.adapters import is_adapted, merge
-
         model = merge(model) if is_adapted(model) else model
     weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     why = f"registered from run {run}"

@@ -7,6 +7,7 @@ from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import build_config
 from ecotrain.continual.registry import Registry
 from ecotrain.methods import build_methods
+from ecotrain.methods.adapters import load_adapter, merge
 from ecotrain.models import build_model
 
 LOAD_ONLY_SKIP = ("replay", "ewc", "lwf", "adapters")  # training-time methods: not rebuilt to load a model
@@ -26,8 +27,6 @@ def load_version_model(reg: Registry, name: str, merged: bool = True):
     """A version's model in eval mode: full weights, or its base's model plus its adapter."""
     meta = reg.read_meta(name)
     if meta.get("weights") == "adapter":
-        from ecotrain.methods.adapters import load_adapter, merge
-
         model = load_adapter(load_version_model(reg, meta["parent"]), reg.path(name) / "adapter")
         return (merge(model) if merged else model).eval()
     model = build_bare(meta)

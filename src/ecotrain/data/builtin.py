@@ -18,8 +18,12 @@ import numpy as np
 import torch
 
 from ecotrain.config import Config
-from ecotrain.data.sources import ArraySource, DataBundle, MapSource, subset
+from ecotrain.data.cache import load_or_make, package_version
+from ecotrain.data.hf import load_hf
+from ecotrain.data.shards import load_parquet
+from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
+from ecotrain.data.text import load_text
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.userpath import user_path
 
@@ -99,8 +103,6 @@ def _tensors(x, y, where: str, num_classes=None):
 def _mnist1d(cfg: Config):
     """make_dataset's output, from the dataset cache (data/cache.py) after the first run: `mnist1d`
     (a 2 s import) is imported and the data generated (3 s for 5,000 samples) only on a cache miss."""
-    from ecotrain.data.cache import load_or_make, package_version
-
     num_samples, kwargs = cfg.data.num_samples, dict(cfg.data.kwargs)
 
     def make():
@@ -131,8 +133,6 @@ def _mnist1d(cfg: Config):
 def _digits(cfg: Config):
     """scikit-learn's digits, from the dataset cache after the first run: importing sklearn costs
     about 2 s, the 1,797 samples 0.1 MB."""
-    from ecotrain.data.cache import load_or_make, package_version
-
     def make():
         from sklearn.datasets import load_digits
 
@@ -288,8 +288,6 @@ def _user_dataset(cfg: Config):
     one shape and finite, y an integer class id. Every item is read once for its label (the seeded
     stratified split needs them), unless the Dataset has a `labels`/`targets` attribute: then only a
     fixed sample of 16 items is read and checked. Returns (source, num_classes)."""
-    from ecotrain.data.sources import attribute_labels, sample_positions
-
     name = cfg.data.name
     obj = import_object(name, "data.name")
     where = f"data.name: dataset '{name}'"
@@ -348,8 +346,6 @@ def load_data(cfg: Config) -> DataBundle:
     """Load the configured source, hold out test (if it has none) and validation, seeded."""
     name = cfg.data.name
     if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
-        from ecotrain.data.text import load_text
-
         return load_text(cfg)
     own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv)
     if name in BUILTIN:
@@ -440,10 +436,7 @@ def _on_disk(cfg: Config):
     if not path:
         raise DataError(f"data.name: '{cfg.data.name}' needs a path: {kind}:FOLDER")
     if kind == "hf":
-        from ecotrain.data.hf import load_hf
-
         return load_hf(path, cfg.data)
-    from ecotrain.data.shards import load_parquet
 
     src, _ = load_parquet(path, cfg.data)
     return src, None, None, None
@@ -451,8 +444,6 @@ def _on_disk(cfg: Config):
 
 def _stream_extra(train) -> dict:
     """A streamed source's train rows per shard (`blocks`), for the sampler's shard order."""
-    from ecotrain.data.sources import Subset
-
     rows, src = None, train
     while isinstance(src, Subset):  # compose the split indices down to the shards' own row ids
         rows = src.indices if rows is None else src.indices[rows]

@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from ecotrain.progress_work import work
+
 FORMAT = 1  # bump when the layout of an entry changes
 ENV = "ECOTRAIN_CACHE"
 _SEP = "/"  # nested dicts are stored flat: {"templates": {"x": a}} -> "templates/x"
@@ -88,7 +90,6 @@ def load_or_make(generator: str, versions: Mapping[str, str], args: Mapping[str,
         return _unflatten(flat)
     if why is not None:
         log.warning("dataset cache: %s: %s; regenerating it", path, why)
-    from ecotrain.progress_work import work
 
     with work(f"generating the {generator} dataset (cached after this run)"):  # a spinner on a terminal
         data = dict(make())

@@ -27,6 +27,7 @@ from torch.utils.data import sampler as torch_samplers
 
 from ecotrain.batch import batch_size as batch_size_of
 from ecotrain.errors import DataError
+from ecotrain.log import log
 from ecotrain.task import TARGET_KEYS
 
 _item_key: Optional[tuple[int, int]] = None  # (seed, epoch) while a training batch is fetched
@@ -168,7 +169,6 @@ class MapSource:
         if self._labels is None:
             lab = attribute_labels(self.ds)
             if lab is None:
-                from ecotrain.log import log
                 log.info(f"data: reading the labels of all {len(self)} items (give the Dataset a `labels` "
                          "attribute to skip this)")
                 lab = torch.as_tensor([int(_item_target(self.ds[i])) for i in range(len(self))])

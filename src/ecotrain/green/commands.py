@@ -1,12 +1,8 @@
-"""`ecotrain green RECIPE`: search, choose on validation, confirm on fresh seeds, say what it cost
-(docs/green.md). The heavy imports (torch, Optuna) stay inside the handler."""
+"""`ecotrain green RECIPE`'s parser (docs/green.md): argparse only, no torch (`ecotrain --help` imports
+this module). The body, search, choice on validation, confirmation on fresh seeds and what it cost, is
+green/cli_green.py, which cli.py imports when the command runs."""
 
 from __future__ import annotations
-
-import math
-from pathlib import Path
-
-from ecotrain.errors import ConfigError
 
 FRESH_FROM = 10  # `--seeds-confirm 5` means seeds 10-14 (docs/evaluation.md: fresh seeds 10-14)
 
@@ -40,7 +36,7 @@ def add_commands(sub) -> dict:
                    "(passed to each run as carbon.forecast; docs/green.md)")
     g.add_argument("--deadline", help="with --carbon-forecast: each run's deadline (ISO time, or a duration "
                    "from its start such as 12h)")
-    return {"green": cmd_green}
+    return {"green": "ecotrain.green.cli_green:cmd_green"}  # command -> "module:function" (cli.py)
 
 
 def confirm_seeds(text: str) -> str | None:
@@ -51,102 +47,3 @@ def confirm_seeds(text: str) -> str | None:
             return None
         return f"{FRESH_FROM}-{FRESH_FROM + n - 1}" if n > 1 else str(FRESH_FROM)
     return text
-
-
-def cmd_green(args) -> int:
-    from ecotrain import cli
-    from ecotrain.config import load_config
-    from ecotrain.config_carbon import cli_overrides
-    from ecotrain.green import confirm as confirm_mod
-    from ecotrain.green import output
-    from ecotrain.green.search import BY, Options, run_search
-    from ecotrain.rundir import write_json
-    from ecotrain.sweep import parse_seeds
-
-    for flag, value in (("--tolerance", args.tolerance), ("--budget-runs", args.budget_runs),
-                        ("--min-cost-cut", args.min_cost_cut), ("--margin", args.margin)):
-        if value is not None and not math.isfinite(value):  # NaN passed every `<` check below, and failed them all later
-            raise ConfigError(f"{flag} {value}: give a finite number")
-    if args.tolerance < 0 or args.budget_runs <= 0 or args.trials < 1:
-        raise ConfigError("--tolerance must be >= 0, --budget-runs > 0 and --trials >= 1")
-    if args.min_cost_cut > 1:  # compare would refuse it too, but only after the whole search
-        raise ConfigError(f"--min-cost-cut {args.min_cost_cut:g}: a fraction of the baseline's cost, at most 1 "
-                          "(e.g. 0.5)")
-    overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
-    if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
-        raise ConfigError("ecotrain green: --seed sets the design seed and --seeds-confirm the fresh ones; "
-                          "drop the seed=... override")
-    fresh = confirm_seeds(args.seeds_confirm)
-    checks = [] if args.check_seeds.strip().lower() == "none" else parse_seeds(args.check_seeds)
-    if args.seed in checks:
-        raise ConfigError(f"--check-seeds {args.check_seeds}: includes the design seed {args.seed} (--seed)")
-    if fresh is not None:
-        confirm_mod.check_seeds([args.seed, *checks], fresh)
-    cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
-    if args.by in ("energy", "co2e") and (cfg.ledger.energy == "off" or not cfg.ledger.enabled):
-        raise ConfigError(f"--by {args.by}: the recipe does not measure energy (ledger.energy=off); use --by flops, "
-                          "or turn ledger.energy on")
-    out = Path(args.out or f"runs/{cfg.name}-green")
-    levers = [x.strip() for x in args.levers.split(",") if x.strip()] if args.levers else None
-    if args.margin is not None and not 0 <= args.margin <= args.tolerance:
-        raise ConfigError(f"--margin {args.margin:g}: between 0 and the tolerance ({args.tolerance:g})")
-    opts = Options(args.recipe, overrides, out, args.tolerance, args.margin, args.trials, args.budget_runs, args.by,
-                   args.seed, levers, f"val_{args.metric}", preemption=cli._PREEMPTION, check_seeds=tuple(checks))
-
-    def shown(row):
-        what = " ".join(row.overrides) if row.state != "skipped" else row.why
-        figs = "" if row.ratio is None else f": {row.ratio:.3f}x, validation deficit {row.deficit:+.4f}"
-        print(f"trial {row.number} {row.state}{figs} ({what})", flush=True)
-
-    search = run_search(opts, shown)
-    output.write_trials(out, search)
-    print()
-    print(output.trials_table(search))
-    base_cost = search.baseline["cost"]
-    design = search.spent
-    costs = {"baseline (design seed)": base_cost, f"trials ({len(search.rows)})": sum(r.cost or 0.0 for r in search.rows),
-             f"checks on design seeds {args.check_seeds} ({len(search.checks)} runs)": sum(c["cost"] for c in search.checks)}
-    if search.chosen is None:
-        output.write_html(out, search, args.tolerance, args.by, costs=costs)
-        print(f"no trial kept {opts.metric} within {opts.allowed:g} of the baseline's; nothing written to "
-              f"{out / 'green.yaml'} (see {out / 'green.html'})")
-        return 1
-    green_yaml = out / "green.yaml"
-    output.write_recipe(green_yaml, args.recipe, overrides, search, args.tolerance, args.by)
-    print(f"\nchosen on validation: trial {search.chosen.number}, {search.chosen.ratio:.3f}x the baseline's {args.by}; "
-          f"wrote {green_yaml}")
-    result, saving = None, base_cost - (search.chosen.cost or 0.0)
-    if fresh is not None:
-        print(f"\n== confirmation on fresh seeds {fresh} (test split read once per run)")
-        result = confirm_mod.confirm(args.recipe, overrides, green_yaml, out, fresh, args.tolerance, BY[args.by],
-                                     args.min_cost_cut, f"test_{args.metric}", preemption=cli._PREEMPTION)
-        print(result.report)
-        (out / "verdict.txt").write_text(result.report + "\n")
-        saving = result.saving
-        costs.update({f"confirmation, baseline ({fresh})": result.costs["baseline"],
-                      f"confirmation, green ({fresh})": result.costs["green"]})
-    total = sum(costs.values())
-    payback = confirm_mod.payback_runs(total, saving)
-    costs["total"] = total
-    html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs)
-    pruned = sum(r.state == "pruned" for r in search.rows)
-    skipped = sum(r.state == "skipped" for r in search.rows)
-    print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline, "
-          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained, and {len(search.checks)} check runs)"
-          + (f", with the confirmation {total / base_cost:.2f}" if result else ""))
-    print(f"pays back after {payback} runs" if payback is not None else
-          "the green recipe saves nothing per run: the search never pays back")
-    write_json(out / "green.json", {
-        "chosen": search.chosen.number, "overrides": search.chosen.overrides, "by": args.by,
-        "check_deficit": search.chosen.check_deficit, "check_se": search.chosen.check_se, "check_seeds": checks,
-        "tolerance": args.tolerance, "design_seed": args.seed, "fresh_seeds": fresh,
-        "design_cost_ratio": search.chosen.ratio, "validation_deficit": search.chosen.deficit,
-        "search_cost_baselines": design / base_cost, "total_cost_baselines": total / base_cost,
-        "costs": costs, "saving_per_run": saving, "payback_runs": payback,
-        "trials": len(search.rows), "pruned": pruned, "skipped": skipped,
-        "verdict": result.verdict if result else None,
-        "cost_ratio": result.cost_ratio if result else None,
-        "drop": {"mean": result.drop.mean, "low": result.drop.low, "high": result.drop.high, "n": result.drop.n}
-        if result else None})
-    print(f"report: {html}")
-    return 0 if result is None or result.passed else 1

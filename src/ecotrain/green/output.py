@@ -9,8 +9,10 @@ import io
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.accounting.report import table as text_table
 from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
+from ecotrain.report.plots import COLORS, _figure, png
 from ecotrain.rundir import atomic_write, config_yaml, write_json
 from ecotrain.stats import pareto_front
 
@@ -57,8 +59,6 @@ def write_trials(out: Path, search) -> None:
 
 
 def trials_table(search) -> str:
-    from ecotrain.accounting.report import table as text_table
-
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
@@ -74,8 +74,6 @@ def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def pareto_plot(search, tolerance: float, by: str) -> str:
-    from ecotrain.report.plots import COLORS, _figure, png
-
     fig, (ax,) = _figure(8, 4.4)
     base = search.baseline
     done = [r for r in search.rows if r.ratio is not None and r.val is not None]

@@ -46,6 +46,7 @@ from ecotrain.green import space
 from ecotrain.jsonfile import RUN_FIX, read_json
 from ecotrain.log import log
 from ecotrain.stats import mean_ci
+from ecotrain.trainer import fit
 
 try:  # the `green` extra (pip install 'ecotrain[green]'); only this module imports it
     import optuna
@@ -219,8 +220,6 @@ def at(curve: list[tuple[float, float]], p: float) -> Optional[float]:
 def train(recipe: str, overrides: list[str], run_dir: Path, preemption, callbacks=()) -> None:
     """Train (or continue exactly, or keep) the run in `run_dir`. A stop signal checkpoints the run and
     raises PreemptedError: the search is resumed by running the same command again."""
-    from ecotrain.trainer import fit  # torch, only once something trains
-
     if (run_dir / "summary.json").is_file():
         return  # finished by an earlier try of this search
     cfg = load_config(recipe, overrides)

@@ -25,8 +25,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ecotrain.data import load_data
 from ecotrain.memory.levers import ATTENTION_OPS, find_blocks, select_modules
 from ecotrain.memory.planner import fmt_bytes
+from ecotrain.models import build_model
+from ecotrain.precision import Precision
+from ecotrain.task import build_task
 
 
 @dataclass
@@ -122,11 +126,6 @@ def activations_at(m1: dict, m2: dict, chosen: set[str], batch: int) -> float:
 
 
 def make_plan(cfg) -> tuple[Plan, list[str]]:
-    from ecotrain.data import load_data
-    from ecotrain.models import build_model
-    from ecotrain.precision import Precision
-    from ecotrain.task import build_task
-
     bundle = load_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)

@@ -29,11 +29,17 @@ from typing import Optional
 
 import torch
 
+from ecotrain.data import load_data
 from ecotrain.memory import planner
 from ecotrain.device import host_peak_rss
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
+from ecotrain.memory.estimate import activations_at, saved_profile
+from ecotrain.memory.levers import find_blocks, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
+from ecotrain.models import build_model
+from ecotrain.precision import Precision
+from ecotrain.task import build_task
 
 TIMEOUT_S = 3600
 
@@ -124,13 +130,6 @@ def _rss_now() -> int:
 def estimates(cfg) -> tuple[dict, int]:
     """candidate key -> estimated activation bytes of one micro-batch, by memory/estimate.py's method, for the
     user's config `cfg` (its own checkpointing spec names the modules of the "modules" candidates)."""
-    from ecotrain.data import load_data
-    from ecotrain.memory.levers import find_blocks, select_modules
-    from ecotrain.models import build_model
-    from ecotrain.memory.estimate import activations_at, saved_profile
-    from ecotrain.precision import Precision
-    from ecotrain.task import build_task
-
     bundle = load_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)

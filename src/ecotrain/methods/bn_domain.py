@@ -23,7 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ecotrain.checkpoint import read_checkpoint
+from ecotrain.checkpoint.format import unflatten
 from ecotrain.errors import CheckpointError, ConfigError, DataError
+from ecotrain.methods.replay import exported_file, read_exported  # the shared export reader
 
 _BN = nn.modules.batchnorm._BatchNorm
 PRETRAINED = "pre-trained"  # what the statistics of an unknown domain are called in records
@@ -79,8 +82,6 @@ def from_tensors(tensors: dict[str, torch.Tensor], where: str) -> tuple[Stats, d
 
 def read_domains_file(path: str | Path, where: str) -> tuple[Stats, dict[str, Stats]]:
     """A run folder's (or its export.safetensors') pre-trained and per-domain statistics."""
-    from ecotrain.methods.replay import exported_file, read_exported  # the shared export reader
-
     p = exported_file(path, where)
     return from_tensors(read_exported(p, "batchnorm", where), f"{where}: {p}")
 
@@ -158,9 +159,6 @@ def serving(trained, domain: Optional[str], files: list[str], split: str, rows: 
     if not trained.prefix:  # a run folder: every domain in its export.safetensors
         stats = trained_domains(path, None, trained.model)
     else:  # a checkpoint: the method's state, and the run's own domain in the model's buffers
-        from ecotrain.checkpoint import read_checkpoint
-        from ecotrain.checkpoint.format import unflatten
-
         tensors, meta = read_checkpoint(path)
         state = (unflatten(meta, tensors).get("methods") or {}).get("batchnorm")
         if not isinstance(state, dict) or "start" not in state:

@@ -30,11 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.accounting.flops import count_flops
 from ecotrain.data.sampler import EpochSampler
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import generator
+from ecotrain.methods.selective import per_sample_loss
 from ecotrain.userpath import user_path
 
 _SALT = 7
@@ -113,9 +115,6 @@ class Curriculum(Method):
                  f"(scores {float(self.scores.min()):.3g} to {float(self.scores.max()):.3g})")
 
     def _score_with_reference(self, state) -> torch.Tensor:
-        from ecotrain.accounting.flops import count_flops
-        from ecotrain.methods.selective import per_sample_loss
-
         if self.load_trained is None:
             raise ConfigError("methods.curriculum: score by a reference run needs the run's model loader; build "
                               "the methods with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")

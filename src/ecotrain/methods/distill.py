@@ -37,10 +37,14 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ecotrain.accounting import read_ledger
+from ecotrain.checkpoint.format import load_state_dict_file
+from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
+from ecotrain.models import build_model
 
 CACHE_BATCH = 512
 
@@ -70,8 +74,6 @@ def _row_offset(xm: torch.Tensor) -> tuple[int, int]:
 
 def teacher_cost(path: Path) -> dict:
     """The teacher's training cost from its run's ledger.json (a checkpoint's run folder too)."""
-    from ecotrain.accounting import read_ledger
-
     run = path.parent.parent if path.parent.name == "checkpoints" else path
     if not (run / "ledger.json").is_file():
         return {"teacher_cost_note": f"no ledger.json in {run}: the teacher's training cost is unknown"}
@@ -128,10 +130,6 @@ class Distill(Method):
         self._checked = False
 
     def _load_teacher(self, device) -> torch.nn.Module:
-        from ecotrain.checkpoint.format import load_state_dict_file
-        from ecotrain.checkpoint.snapshot import load_model_weights
-        from ecotrain.models import build_model
-
         path, tm = Path(self.cfg.teacher), self.cfg.teacher_model
         where = f"methods.distill.teacher: {path}"
         if not path.exists():

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from ecotrain.checkpoint.format import load_state_dict_file
+from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.errors import ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
@@ -40,9 +42,6 @@ def teacher_file(path: str | Path, where: str = "methods.lwf.teacher") -> Path:
 def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
     """A frozen copy of `student` holding the weights at `path`. A student with PEFT adapters
     injected gets the plain weights in its base layers and zero adapters (the plain model's outputs)."""
-    from ecotrain.checkpoint.format import load_state_dict_file
-    from ecotrain.checkpoint.snapshot import load_model_weights
-
     teacher = copy.deepcopy(student)
     saved = load_state_dict_file(path)
     own = teacher.state_dict()

@@ -44,6 +44,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
+from ecotrain.models.vision1d import MLP, ConvBase
 
 
 def target_sparsity(step: int, start: int, end: int, amount: float, schedule: str = "cubic") -> float:
@@ -76,8 +77,6 @@ def forward_flops(model: nn.Module, x: torch.Tensor) -> int:
 def channel_pairs(model: nn.Module) -> list[tuple[str, nn.Module, nn.Module, int]]:
     """(name, producer, consumer, inputs per channel) for the built-in models: the producer's output
     channels are prunable, and the consumer's matching inputs go with them."""
-    from ecotrain.models.vision1d import MLP, ConvBase
-
     if isinstance(model, ConvBase):
         c3, lin = model.conv3, model.linear
         return [("conv1", model.conv1, model.conv2, 1), ("conv2", model.conv2, c3, 1),

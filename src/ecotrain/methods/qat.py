@@ -33,6 +33,7 @@ from fnmatch import fnmatchcase
 import torch
 from torch import nn
 
+from ecotrain import loop
 from ecotrain.errors import ConfigError
 from ecotrain.methods.base import Method
 
@@ -131,8 +132,6 @@ class QAT(Method):
 
     @torch.no_grad()
     def finalize(self, model, data) -> None:
-        from ecotrain import loop
-
         quantize_, QATConfig = self.api[:2]
         conv = copy.deepcopy(model).cpu().eval()
         float_bytes = stored_bytes(conv.state_dict())

@@ -25,13 +25,13 @@ import torch
 
 from ecotrain.batch import batch_size, select
 from ecotrain.errors import ConfigError
+from ecotrain.loop import set_train_mode
 from ecotrain.methods.base import Method
+from ecotrain.task import SequenceTask
 
 
 def per_sample_loss(task, out, batch) -> torch.Tensor:
     """One loss per sample: the task's unreduced loss, averaged over a sequence's tokens."""
-    from ecotrain.task import SequenceTask
-
     if isinstance(task, SequenceTask):
         y = task.targets(batch)
         tok = task.loss(out, batch, "none").view(y.shape)
@@ -82,7 +82,6 @@ class SelectiveBackprop(Method):
                 # this pass is training cost (still counted in the step's total), not an evaluation's
                 losses = per_sample_loss(state.task, state.task.forward(_Bare(model), batch), batch)
         finally:
-            from ecotrain.loop import set_train_mode
             set_train_mode(state)  # train mode again, with the methods' train_mode (a BatchNorm freeze)
         idx = top_fraction(losses.float(), self.keep)
         self.samples, self.kept = self.samples + len(losses), self.kept + len(idx)

@@ -16,21 +16,26 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ecotrain.accounting.compare import judge
+from ecotrain.errors import ConfigError
+from ecotrain.report import page as P
+from ecotrain.report import plots
+from ecotrain.report.diagnosis import diagnose
+from ecotrain.report.memory_page import section
+from ecotrain.report.page import e
+from ecotrain.report.rundata import read_run
+from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.version import __version__
 
 DEFAULT_REGIONS = ("SE", "FR", "GB", "DE", "US", "CN", "IN", "PL", "AU")
 
 
 def diagnose_run(run):
-    from ecotrain.report.diagnosis import diagnose
-
     return diagnose(run.series("val_loss"), run.series("loss"), run.summary or {},
                     run.config.get("early_stopping") if isinstance(run.config.get("early_stopping"), dict) else None)
 
 
 def _run_sections(run, d, regions, heading: bool) -> list[str]:
-    from ecotrain.report import page as P
-
     out = []
     if heading:
         out.append(f'<h2 id="run-{P.e(run.path.name)}" style="margin-top:28px">{P.e(run.label)}</h2>'
@@ -41,8 +46,6 @@ def _run_sections(run, d, regions, heading: bool) -> list[str]:
     if methods:
         out.append(methods)
     if isinstance((run.summary or {}).get("memory_plan"), dict):  # memory.budget's measurements
-        from ecotrain.report.memory_page import section
-
         out.append(section(run.summary["memory_plan"]))
     out += [P.environment_section(run), P.config_section(run), P.trackers_section(run)]
     return out
@@ -53,15 +56,8 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
                  max_accuracy_drop: float = 0.01, min_cost_cut: float = 0.5) -> Path:
     """Write the report of `groups` (each a list of run folders) and return its path. Default path:
     RUN/report.html for one run, ./report.html for several."""
-    from ecotrain.report import page as P
-    from ecotrain.report import plots
-    from ecotrain.report.rundata import read_run
-    from ecotrain.rundir import atomic_write, refuse_overwriting
-
     paths = [(g, p) for g, group in enumerate(groups) for p in group]
     if not paths:
-        from ecotrain.errors import ConfigError
-
         raise ConfigError("report: give at least one run folder")
     plots.load_matplotlib()  # first: its import holds a stop signal back (plots.py says why); the rest is ours
     runs = [read_run(p) for _, p in paths]
@@ -94,10 +90,6 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
 
 
 def _verdicts(groups, by, metric, max_drop, min_cut) -> str:
-    from ecotrain.accounting.compare import judge
-    from ecotrain.errors import ConfigError
-    from ecotrain.report.page import e
-
     parts = ['<section id="verdict"><h2>Verdict (ecotrain compare)</h2>']
     if len(groups) < 2:
         parts.append('<p class="muted">One group of runs: no baseline to compare with. Give the baseline and the '

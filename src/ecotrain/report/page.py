@@ -9,7 +9,9 @@ import math
 from html import escape
 from typing import Iterable, Optional, Sequence
 
-from ecotrain.accounting.report import num
+from ecotrain.accounting.energy import country_intensity, country_iso3
+from ecotrain.accounting.report import FIGURES, figure, format_ledger, num
+from ecotrain.errors import ConfigError
 from ecotrain.report import plots
 from ecotrain.report.diagnosis import Diagnosis
 
@@ -132,8 +134,6 @@ def ledger_section(run, region_codes: Sequence[str]) -> str:
     if L is None:
         return ('<section class="ledger"><h2>Cost</h2><p class="muted">No ledger.json (ledger.enabled=false, or the '
                 "run did not finish).</p></section>")
-    from ecotrain.accounting.report import format_ledger
-
     e_, c = L["energy"], L["co2e"]
     f = L.get("flops") or {}
     parts = ['<section class="ledger"><h2>Cost</h2>']
@@ -162,9 +162,6 @@ def region_rows(L: dict, codes: Sequence[str]) -> tuple[list, str]:
     kwh = L["energy"].get("kwh")
     if kwh is None:
         return [], f"No CO2e-by-region chart: no energy figure ({L['energy'].get('missing_reason')})."
-    from ecotrain.accounting.energy import country_intensity, country_iso3
-    from ecotrain.errors import ConfigError
-
     rows, grid = [], L["co2e"].get("grid")
     if L["co2e"].get("kg") is not None:
         rows.append((f"{grid} (recorded)", L["co2e"]["kg"] * 1000, True))
@@ -293,8 +290,6 @@ COMPARE_ROWS = (("test_accuracy", "summary"), ("val_accuracy", "summary"), ("tes
 
 
 def comparison_table(runs, groups: Sequence[int], diagnoses: Sequence[Diagnosis]) -> str:
-    from ecotrain.accounting.report import FIGURES, figure
-
     header = [""] + [f"{r.label}" + (f" [group {g + 1}]" if max(groups) > 0 else "") for r, g in zip(runs, groups)]
     rows = [["diagnosis"] + [d.verdict for d in diagnoses]]
     for key, _ in COMPARE_ROWS:

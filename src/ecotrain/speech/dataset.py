@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 from safetensors.torch import load_file, save_file
 
+from ecotrain.data.sources import DataBundle
 from ecotrain.errors import DataError
 from ecotrain.rundir import write_json
 from ecotrain.speech.features import N_MELS, log_mel
@@ -214,6 +215,4 @@ class SpeechSource:
 
 def bundle(train: SpeechSource, val: Optional[SpeechSource] = None):
     """A DataBundle for `fit`: bucketing reads `extra['lengths']`."""
-    from ecotrain.data.sources import DataBundle
-
     return DataBundle(train, val, None, None, (train.segs[0].shape[1],), extra={"lengths": train.lengths})

@@ -31,11 +31,14 @@ from typing import Optional
 
 import torch
 
+from ecotrain.config import Config
 from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.methods.replay import balanced
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import CTCTask
 from ecotrain.speech.dataset import SpeechData, SpeechSource, bundle
 from ecotrain.speech.transcripts import corrupt, decode, normalize_transcript
+from ecotrain.trainer import fit
 
 STRATEGIES = ("naive", "replay", "protected", "average", "adapters")
 ADAPTER_TARGETS = ["conv.0", "conv.2", "proj", "head"]  # Conv1d and Linear: what PEFT's LoRA supports
@@ -115,9 +118,6 @@ class Trainer:
 
     def fit(self, name: str, src: SpeechSource, steps: int, init: Optional[Path] = None, methods: list = (),
             lr: Optional[float] = None):
-        from ecotrain.config import Config
-        from ecotrain.trainer import fit
-
         self.n += 1
         d = self.cfg.model_dump(by_alias=True)
         d["name"], d["methods"] = name, list(methods)
@@ -194,8 +194,6 @@ class Replay:
         self.items: list[tuple[int, list[str], str]] = []
 
     def add(self, data: SpeechData, idx: list[int], words: list[list[str]]) -> None:
-        from ecotrain.methods.replay import balanced
-
         pool = self.items + [(i, w, data.rows[i]["cohort"]) for i, w in zip(idx, words)]
         names = sorted({c for _, _, c in pool})
         keys = torch.tensor([names.index(c) for _, _, c in pool])

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ecotrain.continual.drift import drift_report
+from ecotrain.continual.gate import GatePolicy, decide
+from ecotrain.continual.registry import Registry
+from ecotrain.continual.router import accuracy as route_accuracy
 from ecotrain.errors import ConfigError
+from ecotrain.finish import save_weights
 from ecotrain.log import log
 from ecotrain.methods.average import averaged_model
 from ecotrain.rundir import write_json
@@ -83,11 +88,6 @@ class Served:
 
 
 def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = True) -> dict:
-    from ecotrain.continual.drift import drift_report
-    from ecotrain.continual.gate import GatePolicy, decide
-    from ecotrain.continual.registry import Registry
-    from ecotrain.continual.router import accuracy as route_accuracy
-
     out = Path(out)
     seed = cfg.seed
     have = sorted({r["cohort"] for r in data.rows})
@@ -218,8 +218,6 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
                     break
             rd = out / "runs" / f"average-r{r}-alpha"
             rd.mkdir(parents=True, exist_ok=True)
-            from ecotrain.finish import save_weights
-
             save_weights(rd / "model.safetensors", m)
             single("average", m, rd, prev.path)
             rec["strategies"]["average"]["alpha"] = alpha

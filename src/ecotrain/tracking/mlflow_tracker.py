@@ -28,6 +28,7 @@ from typing import Optional
 
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
+from ecotrain.rundir import write_json
 from ecotrain.tracking.base import Tracker, flatten, numeric
 
 BATCH = 1000  # MLflow's log_batch limit (metrics); params and tags: 100
@@ -114,7 +115,6 @@ class MlflowTracker(Tracker):
             self.run_id = run.info.run_id
             params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg.to_dict()).items()]
             self._call(lambda: [self.client.log_batch(self.run_id, params=p) for p in _chunks(params, 100)])
-        from ecotrain.rundir import write_json
 
         write_json(self.run_dir / "mlflow.json", {"tracking_uri": self.uri, "experiment_id": self.experiment_id,
                                                   "run_id": self.run_id})

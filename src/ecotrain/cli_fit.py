@@ -1,0 +1,43 @@
+"""`ecotrain fit RECIPE [overrides]`: the command's body (cli.py parses the arguments and dispatches here).
+
+The modules imported at the top are light (no torch): the thread count must be set in the
+environment before torch is imported (threads.py), so the trainer is imported once it is.
+"""
+
+from __future__ import annotations
+
+from ecotrain import threads
+from ecotrain.config import load_config
+from ecotrain.config_carbon import cli_overrides
+from ecotrain.rundir import config_yaml
+from ecotrain.sweep import fit_seeds
+from ecotrain.userpath import user_path
+
+
+def cmd_fit(args, ctx) -> int:
+    """`ctx`: the CLI's CommandContext (cli.py): the stop-signal handler, and the record of a finished
+    torchrun worker."""
+    if getattr(args, "carbon_forecast", None) or getattr(args, "deadline", None):
+        args.overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
+        args.carbon_forecast = args.deadline = None  # now overrides: each seed of a group gets them once
+    if args.init_from:  # before anything is read or written (a FIFO would block the load forever)
+        user_path(args.init_from, "--init-from", "give a checkpoint or run folder, a .safetensors file or a "
+                  "state_dict file", folder=True)
+    cfg = load_config(args.recipe, args.overrides)
+    if args.print_config:
+        print(config_yaml(cfg.to_dict()), end="")
+        return 0
+    # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
+    threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
+    from ecotrain.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)
+
+    def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:
+        return ctx.trained(fit_recipe(args.recipe, overrides, run_dir, quiet=args.quiet, resume=resume,
+                                      allow_config_change=args.allow_config_change, init_from=args.init_from,
+                                      keep_optimizer=args.keep_optimizer, overwrite=overwrite,
+                                      preemption=ctx.preemption))
+
+    if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
+        return fit_seeds(args.recipe, args.overrides, args.seeds, args.run_dir, cfg.name, resume=args.resume,
+                         overwrite=args.overwrite, fit_one=one)
+    return one(args.overrides, args.run_dir)
