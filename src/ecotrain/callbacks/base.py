@@ -112,13 +112,15 @@ def ordered(cbs: list) -> list:
     callback's predecessors (its `after`, and those that name it in their `before`) are placed first.
     A circle of declarations is one ConfigError naming it."""
     names = [type(cb).__name__ for cb in cbs]
+    # read once, and with a default: a user's duck-typed callback need not derive from Callback
+    after = [tuple(getattr(cb, "after", ())) for cb in cbs]
+    before = [tuple(getattr(cb, "before", ())) for cb in cbs]
 
     def must_precede(i: int) -> list[int]:
-        cb, name = cbs[i], names[i]
-        star = "*" in cb.after
+        star = "*" in after[i]
         return [j for j in range(len(cbs)) if j != i and (
-            names[j] in cb.after or name in getattr(cbs[j], "before", ())
-            or (star and name not in getattr(cbs[j], "after", ()) and "*" not in getattr(cbs[j], "after", ())))]
+            names[j] in after[i] or names[i] in before[j]
+            or (star and names[i] not in after[j] and "*" not in after[j]))]
 
     out, done, visiting = [], set(), []
 
