@@ -26,7 +26,7 @@ from ecotrain.checkpoint.snapshot import capture
 from ecotrain.config import Config
 from ecotrain.batch import describe as describe_batch, leaves
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
-from ecotrain.data.sources import LoaderSource
+from ecotrain.data.sources import LoaderSource, distributed_sampler
 from ecotrain.data.augment import SignalAugment
 from ecotrain.data.bucketing import build_sampler, padding_ratio
 from ecotrain.data.builtin import describe, import_object, validate_arrays
@@ -229,9 +229,7 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
 def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     """(train source, sampler, facts): the seeded order of effective batches, this rank's share."""
     if isinstance(bundle.train, LoaderSource):  # the user's loader decides the order; ecotrain counts steps
-        if dist.world_size > 1:
-            raise ConfigError("data: a DataLoader under torchrun is not sharded by ecotrain; pass a map-style "
-                              "Dataset (ecotrain shards it per rank) or run one process")
+        check_loader_shares(bundle.train.loader, dist)
         bundle.train.seed(cfg.seed)
         return bundle.train, LoaderSteps(bundle.train, cfg), {}
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
@@ -244,6 +242,24 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     if cfg.distributed.strategy != "none":  # at any world size (1 too): a resize keeps the same batches
         sampler = distributed.ShardedSampler(sampler, dist.rank, dist.world_size)
     return source, sampler, facts
+
+
+def check_loader_shares(loader, dist) -> None:
+    """A user's DataLoader under torchrun must give each rank its own share: a DistributedSampler for
+    this world size and rank (ecotrain calls its set_epoch each epoch); else one line with the fix."""
+    if dist.world_size == 1:
+        return
+    ds = distributed_sampler(loader)
+    if ds is None:
+        raise ConfigError(f"data: under torchrun ({dist.world_size} ranks) every rank would read the whole DataLoader, "
+                          "so each sample would be trained on once per rank; build it with sampler=torch.utils.data."
+                          "DistributedSampler(dataset, num_replicas=int(os.environ['WORLD_SIZE']), "
+                          "rank=int(os.environ['RANK'])) (ecotrain calls set_epoch), or pass the Dataset itself "
+                          "(ecotrain shards it per rank)")
+    if (ds.num_replicas, ds.rank) != (dist.world_size, dist.rank):
+        raise ConfigError(f"data: the DataLoader's DistributedSampler is for {ds.num_replicas} replicas, rank "
+                          f"{ds.rank}, but this is rank {dist.rank} of {dist.world_size}; build it in the torchrun "
+                          "program with num_replicas=int(os.environ['WORLD_SIZE']), rank=int(os.environ['RANK'])")
 
 
 class LoaderSteps:

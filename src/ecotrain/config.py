@@ -64,7 +64,10 @@ class DataConfig(_Section):
     # csv, hf:PATH, parquet:PATH (docs/data.md): feature columns by name, in this order (None: every column but
     # data.target, in the file's order)
     features: Optional[list[str]] = None
-    shuffle_window: int = Field(4096, gt=0)  # parquet:PATH: rows shuffled together after the seeded shard order
+    shuffle_window: int = Field(4096, gt=0)  # shards:/parquet: rows shuffled together after the seeded shard order
+    # shards:/parquet: a truncated or corrupt shard (or sample): stop with one line, or leave it out and
+    # count it (summary.json data_skipped)
+    on_bad_shard: Literal["fail", "skip"] = "fail"
     # loader workers (data/loader.py): 0 reads batches in the training process (the fast path for in-memory data)
     workers: int = Field(0, ge=0)
     prefetch: int = Field(2, gt=0)  # batches each worker prepares ahead
@@ -81,7 +84,7 @@ class DataConfig(_Section):
     def _workers_options(self) -> "DataConfig":
         if self.persistent_workers and self.workers == 0:
             raise ValueError("persistent_workers needs data.workers > 0")
-        if self.kwargs and (self.name in ("digits", "npz", "csv") or self.name.startswith(("hf:", "parquet:"))):
+        if self.kwargs and (self.name in ("digits", "npz", "csv") or self.name.startswith(("hf:", "parquet:", "shards:"))):
             # these read none: a kwarg here (data.kwargs.num_samples=500 for digits) was silently ignored
             raise ValueError(f"data.kwargs {sorted(self.kwargs)}: data.name={self.name} takes none (they are for "
                              "mnist1d, text and an import-path Dataset); remove them")
@@ -224,6 +227,28 @@ class MemoryConfig(_Section):
     allow_precision_change: bool = False  # the budget search may switch fp32 <-> bf16-mixed (not exact maths)
     search_steps: int = Field(3, ge=2)  # training steps per measured plan (the first is not timed)
     search_candidates: int = Field(4, ge=1)  # plans measured after the baseline, at most (+1 when none fits)
+    # what a checkpointed block keeps (memory/selective.py): attention outputs, or every matmul output
+    checkpoint_policy: Literal["attention", "matmuls"] = "attention"
+    # saved activations of the blocks not checkpointed go to host memory (CUDA) or a file in the run
+    # folder (CPU) (memory/offload.py); bf16: stored as bfloat16 (lossy: needs allow_precision_change)
+    activation_offload: Literal["off", "on", "bf16"] = "off"
+    offload_dir: Optional[str] = None  # where CPU offload writes; None: the run folder
+    eval_batch_size: Optional[int] = Field(None, gt=0)  # evaluation's batch; None: data.batch_size * 4
+    # the levers memory.budget may pull (micro_batches out: the same data per forward, bit-identical losses)
+    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches"]] = Field(
+        default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches"])
+
+    @field_validator("activation_offload", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v):  # YAML 1.1 reads a bare on/off as true/false
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _lossy_needs_permission(self) -> "MemoryConfig":
+        if self.activation_offload == "bf16" and not self.allow_precision_change:
+            raise ValueError("activation_offload=bf16 stores activations in bfloat16 (gradients change): set "
+                             "memory.allow_precision_change=true, or activation_offload=on (lossless)")
+        return self
 
     @field_validator("budget", mode="before")
     @classmethod

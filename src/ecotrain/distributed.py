@@ -163,6 +163,8 @@ class TorchDist(Dist):
 
     def eval_view(self, model, source):
         if self.strategy == "ddp":  # the bare module (no buffer broadcast) on this rank's shard, sums reduced
+            if hasattr(source, "loader"):  # a user's loader: its DistributedSampler shards it (or each rank reads it all)
+                return model.module, source, self
             from ecotrain.data import subset
             return model.module, subset(source, torch.arange(self.rank, len(source), self.world_size)), self
         return model, source, None  # FSDP: every forward is a collective, so every rank runs them all
@@ -362,6 +364,11 @@ class ShardedSampler:
 
     def batches(self, epoch: int, start: int = 0):
         lo, hi, size = self.rank * self.per_rank, (self.rank + 1) * self.per_rank, self.base.batch_size
+        if getattr(self.base, "short_batch_last", False):  # full batch b is batch b: seek, as on one process
+            for idx in self.base.batches(epoch, start):
+                if len(idx) == size:
+                    yield idx[lo:hi]
+            return
         full = (idx for idx in self.base.batches(epoch) if len(idx) == size)
         for b, idx in enumerate(full):
             if b >= start:

@@ -53,6 +53,8 @@ class Summary:
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
+    # data.on_bad_shard=skip: {"shards": {file: what was wrong}, "samples": samples left out, at start-up and in training}
+    data_skipped: Optional[dict] = None
     memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memory/planner.py)
     # csv data: {"columns": the feature columns' names, in order}, the model's input contract (inference.py)
     inputs: Optional[dict] = None
@@ -133,8 +135,18 @@ def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summ
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
         gpu_peak_memory_bytes=(memory or {}).get("gpu_peak_allocated_bytes"),
+        data_skipped=data_skipped(run.bundle.extra.get("data_skipped"), c.skipped_samples),
         memory_plan=run.memory_plan, inputs=run.bundle.extra.get("inputs"),
         methods=state.methods.summary() if state.methods else {}, metrics=metrics)
+
+
+def data_skipped(at_start: Optional[dict], in_training: int) -> Optional[dict]:
+    """What `data.on_bad_shard: skip` left out: the shards and samples found at start-up, plus the
+    damaged samples the training batches left out (summed over resumed segments)."""
+    if not at_start and not in_training:
+        return None
+    at_start = at_start or {"shards": {}, "samples": 0}
+    return {"shards": at_start["shards"], "samples": at_start["samples"] + in_training}
 
 
 def preempted_summary(run: Run) -> dict:

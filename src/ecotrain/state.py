@@ -45,6 +45,7 @@ class Counters:
     resumes: int = 0  # assemble: a segment that continued from a checkpoint
     steps_redone: int = 0  # resume.steps_past: steps a killed segment trained after its checkpoint
     checkpoint_blocked_seconds: float = 0.0  # Checkpointer: the loop's time inside saves (a copy, when in the background)
+    skipped_samples: int = 0  # data/loader.py Feed: damaged samples left out of training batches (on_bad_shard=skip)
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -23,8 +23,9 @@ def step_batch_size(cfg) -> int:
 
 
 def eval_batch_size(cfg) -> int:
-    """The batch evaluation reads (a run's, or a trained model's in `eval`/`predict`)."""
-    return cfg.data.batch_size * EVAL_BATCH_FACTOR
+    """The batch evaluation reads (a run's, or a trained model's in `eval`/`predict`); memory.budget sets
+    `memory.eval_batch_size` so that evaluation stays within the budget (memory/planner.py)."""
+    return cfg.memory.eval_batch_size or cfg.data.batch_size * EVAL_BATCH_FACTOR
 
 
 @dataclass

@@ -6,7 +6,7 @@ again with `resume="auto"`, its final checkpoint must be the uninterrupted run's
 
 KIND: shuffle0 | shuffle2 (DataLoader(shuffle=True), 0 or 2 workers) | random_sampler (a
 RandomSampler with the user's own generator) | weighted (WeightedRandomSampler) | batch_sampler
-(a BatchSampler around a RandomSampler) | builtin (a built-in dataset) | dataset (a map-style
+(a BatchSampler around a RandomSampler) | distributed (a DistributedSampler; run under torchrun) | builtin (a built-in dataset) | dataset (a map-style
 Dataset) | stateful (torchdata's StatefulDataLoader) | iterable (an IterableDataset).
 Used by tests/integration/test_user_programs.py and bench/user_resume.py.
 """
@@ -17,13 +17,15 @@ import sys
 
 import torch
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset, WeightedRandomSampler
+from torch.utils.data import (BatchSampler, DataLoader, DistributedSampler, RandomSampler, TensorDataset,
+                              WeightedRandomSampler)
 
 from ecotrain import Callback, Config, fit
 
 N, BATCH, STEPS = 96, 16, 20  # 6 steps an epoch: a kill at step 3 is in epoch 0, at 14 in epoch 2
 KINDS = ("shuffle0", "shuffle2", "random_sampler", "weighted", "batch_sampler", "builtin", "dataset", "stateful",
          "iterable")
+WORLD, RANK = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))  # torchrun's
 
 
 def arrays():
@@ -78,6 +80,9 @@ def data(kind: str):
         return DataLoader(ds, batch_size=BATCH, sampler=WeightedRandomSampler(w, N))
     if kind == "batch_sampler":
         return DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), BATCH, drop_last=False))
+    if kind == "distributed":  # each rank its share of every epoch, as a DDP program builds it
+        sampler = DistributedSampler(ds, num_replicas=WORLD, rank=RANK, seed=3)
+        return DataLoader(ds, batch_size=BATCH // WORLD, sampler=sampler, num_workers=1)
     if kind == "dataset":
         return Items()
     if kind == "stateful":
@@ -139,6 +144,8 @@ def run(kind: str, run_dir, resume="auto", callbacks=()):
     torch.manual_seed(0)
     tree = {"data": {"batch_size": BATCH}, "loop": {"max_steps": STEPS, "max_epochs": None, "log_every": 2},
             "ledger": {"enabled": False}, "checkpoint": {"every_n_steps": 1, "keep_last": STEPS}}
+    if WORLD > 1:
+        tree["distributed"] = {"strategy": "ddp"}
     model = None
     if kind == "builtin":
         tree["data"].update(name="digits")

@@ -20,7 +20,7 @@ import torch
 from ecotrain.config import Config
 from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.hf import load_hf
-from ecotrain.data.shards import load_parquet
+from ecotrain.data.shards import load_parquet, load_shards
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.data.text import load_text
@@ -363,7 +363,7 @@ def load_data(cfg: Config) -> DataBundle:
         test_src = ArraySource(*test) if test is not None else None
         if named:
             inputs = named[0]
-    elif name.startswith(("hf:", "parquet:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
+    elif name.startswith(("hf:", "parquet:", "shards:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
         base, own_val, test_src, num_classes = _on_disk(cfg)
     else:
         (base, num_classes), test_src = _user_dataset(cfg), None
@@ -437,17 +437,22 @@ def _on_disk(cfg: Config):
         raise DataError(f"data.name: '{cfg.data.name}' needs a path: {kind}:FOLDER")
     if kind == "hf":
         return load_hf(path, cfg.data)
-
+    if kind == "shards":  # .tar or .parquet files (data/tarshards.py, data/shards.py)
+        return load_shards(path, cfg.data), None, None, None
     src, _ = load_parquet(path, cfg.data)
     return src, None, None, None
 
 
 def _stream_extra(train) -> dict:
-    """A streamed source's train rows per shard (`blocks`), for the sampler's shard order."""
+    """A streamed source's train rows per shard (`blocks`), for the sampler's shard order, and what
+    `data.on_bad_shard: skip` left out at start-up (`data_skipped`, for summary.json)."""
     rows, src = None, train
     while isinstance(src, Subset):  # compose the split indices down to the shards' own row ids
         rows = src.indices if rows is None else src.indices[rows]
         src = src.base
     if not hasattr(src, "shard_sizes"):
         return {}
-    return {"blocks": src.shard_sizes(rows if rows is not None else torch.arange(len(src)))}
+    extra = {"blocks": src.shard_sizes(rows if rows is not None else torch.arange(len(src)))}
+    if src.damage.shards or src.damage.samples:
+        extra["data_skipped"] = src.damage.to_json()
+    return extra

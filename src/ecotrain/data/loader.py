@@ -64,6 +64,7 @@ class Feed:
     def _inline(self, epoch: int, start: int):
         clock, take, key = time.perf_counter, self.source.take, (self.seed, epoch)
         seeded = not isinstance(self.source, ArraySource)  # in-memory arrays have no items to seed
+        skipping = self.cfg.on_bad_shard == "skip"  # damaged samples may leave a batch short
         wait, samples, count = self._carry  # a window spans epochs: an epoch may be shorter than one
         try:
             for idx in self.sampler.batches(epoch, start):
@@ -86,6 +87,9 @@ class Feed:
                     batch = tree_map(lambda t: t.pin_memory(), batch)
                 wait += clock() - t
                 n = idx.shape[0]
+                if skipping and (gone := sources.dropped(self.source)):
+                    n -= gone
+                    self.state.counters.skipped_samples += gone
                 samples += n
                 count += 1
                 if count == WINDOW_BATCHES:  # the figures every window: no per-step bookkeeping
@@ -108,7 +112,7 @@ class Feed:
             while True:
                 t = clock()
                 try:
-                    idx, batch = next(it)
+                    idx, batch, gone = next(it)
                 except StopIteration:
                     return
                 except EcotrainError:
@@ -118,12 +122,14 @@ class Feed:
                                     f"{_last_line(exc)}") from None
                 wait += clock() - t
                 self.last_items = idx
-                samples += len(idx)
+                n = len(idx) - gone
+                self.state.counters.skipped_samples += gone
+                samples += n
                 count += 1
                 if count == WINDOW_BATCHES:
                     self._account(wait, samples, count)
                     wait, samples, count = 0.0, 0, 0
-                yield len(idx), batch
+                yield n, batch
         finally:
             self._carry = (wait, samples, count)
             if not self.cfg.persistent_workers:
@@ -136,7 +142,7 @@ class Feed:
         trained batches skipped: exact for torch's samplers (said once, as information)."""
         src, group, clock = self.source, self.state.config.loop.accumulate, time.perf_counter
         wait, samples, count = self._carry
-        it, by_state = src.begin_pass(start)
+        it, by_state = src.begin_pass(start, epoch)
         self._iter = it
         try:
             if start and not by_state:
@@ -271,7 +277,8 @@ class _TakeBatch(torch.utils.data.Dataset):
         epoch, idx = tagged
         with item_seeds(self.seed, epoch):
             batch = self.source.take(torch.as_tensor(idx))
-        return idx, batch  # idx goes back as the list it came as (see _EpochBatches)
+        # idx goes back as the list it came as (see _EpochBatches); with it the damaged samples left out
+        return idx, batch, sources.dropped(self.source)
 
     def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
         return self.__getitems__((0, [i]))

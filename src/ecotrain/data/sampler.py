@@ -10,6 +10,8 @@ import torch
 
 
 class EpochSampler:
+    short_batch_last = True  # only the epoch's last batch may be short (distributed.ShardedSampler seeks by it)
+
     def __init__(self, n: int, batch_size: int, seed: int):
         self.n, self.batch_size, self.seed = n, batch_size, seed
 
@@ -31,6 +33,8 @@ class WindowSampler:
     `window` consecutive rows of that stream, each seeded by (seed, e, window number). A batch then
     touches a few row groups, the order is still a function of (seed, epoch), and `batches(e, k)`
     starts at batch k by building only the windows from there on."""
+
+    short_batch_last = True
 
     def __init__(self, blocks: list[int], batch_size: int, seed: int, window: int):
         self.blocks = torch.as_tensor(blocks, dtype=torch.int64)

@@ -12,6 +12,7 @@ groups and each is decoded about once per epoch (per loader worker).
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
+from ecotrain.data.tarshards import Damage, load_tars
 from ecotrain.errors import DataError
 
 
@@ -44,6 +46,7 @@ class ShardSource:
         self._files: dict = {}
         self._pid = None
         self._cache: OrderedDict = OrderedDict()  # row group -> (x, y), most recent last
+        self.damage = Damage()  # what data.on_bad_shard=skip left out at start-up (load_shards sets it)
 
     def __len__(self) -> int:
         return self.n
@@ -103,8 +106,7 @@ class ShardSource:
 
 
 def load_parquet(folder: str, cfg) -> tuple[ShardSource, torch.Size]:
-    """Check every shard's footer and columns; read the labels. Returns (source, x shape)."""
-    pq = need("pyarrow.parquet", f"data.name=parquet:{folder}")
+    """`parquet:FOLDER`: every .parquet file of the folder, in name order."""
     root = Path(folder)
     if not root.is_dir():
         raise DataError(f"data.name=parquet:{folder}: not a folder" + (" (give the folder of .parquet shards)"
@@ -112,34 +114,122 @@ def load_parquet(folder: str, cfg) -> tuple[ShardSource, torch.Size]:
     shards = sorted(p for p in root.iterdir() if p.suffix == ".parquet" and p.is_file())
     if not shards:
         raise DataError(f"{root}: no .parquet shards in this folder")
-    groups, schema0, cols, labels = [], None, None, []
-    for i, path in enumerate(shards):
+    src, _ = load_parquet_files(shards, root, cfg, Damage())
+    return src, src.take(torch.tensor([0]))[0].shape[1:]
+
+
+def load_parquet_files(shards: list[Path], root: Path, cfg, damage: Damage) -> tuple[ShardSource, Damage]:
+    """Check every shard's footer and columns; read the labels. A bad shard is one line
+    (data.on_bad_shard=fail) or left out and counted in `damage` (skip)."""
+    pq = need("pyarrow.parquet", f"data.name={cfg.name}")
+    groups, schema0, cols, labels, kept, meta = [], None, None, [], [], None
+    for path in shards:
         try:
-            meta = _open(pq, path).metadata
-        except Exception as exc:  # truncated (no footer), not Parquet, unreadable
-            raise DataError(f"{path}: not a readable Parquet shard ({' '.join(str(exc).split())[:200]}); "
-                            "rewrite or remove it") from None
-        if meta.num_rows == 0:
-            raise DataError(f"{path}: an empty shard (0 rows); remove it")
-        schema = meta.schema.to_arrow_schema()
-        if schema0 is None:
-            schema0 = schema
-            cols = feature_columns(schema.names, cfg.features, cfg.target, str(path))
-        elif not schema.equals(schema0):
-            raise DataError(f"{path}: schema differs from {shards[0].name}: {_schema_diff(schema0, schema)}; "
-                            "every shard must have the same columns and types")
-        groups += [(i, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
-        try:
-            labels.append(labels_of(pq.read_table(path, columns=[cfg.target]).column(0), cfg.target, str(path)))
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read the label column ({' '.join(str(exc).split())[:200]}); "
-                            "the shard is damaged: rewrite or remove it") from None
+            meta = _footer(pq, path)
+            schema = meta.schema.to_arrow_schema()
+            if schema0 is not None and not schema.equals(schema0):
+                raise DataError(f"{path}: schema differs from {kept[0].name}: {_schema_diff(schema0, schema)}; "
+                                "every shard must have the same columns and types")
+            if schema0 is None:  # the columns asked for are the recipe's: that error is never skipped
+                cols = feature_columns(schema.names, cfg.features, cfg.target, str(path))
+            try:
+                lab = labels_of(pq.read_table(path, columns=[cfg.target]).column(0), cfg.target, str(path))
+            except OSError as exc:
+                raise DataError(f"{path}: cannot read the label column ({' '.join(str(exc).split())[:200]}); "
+                                "the shard is damaged: rewrite or remove it") from None
+        except DataError as exc:
+            recipe = cols is None and meta is not None  # feature_columns refused data.target/data.features
+            if cfg.on_bad_shard != "skip" or recipe:
+                raise
+            damage.add(path, str(exc).removeprefix(f"{path}: ").split(";")[0])
+            meta = None
+            continue
+        schema0 = schema0 or schema
+        groups += [(len(kept), g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        labels.append(lab)
+        kept.append(path)
+        meta = None
+    if not kept:
+        raise DataError(f"data.name={cfg.name}: no readable shard among {len(shards)}")
     rows_per_group = max(1, min(g[2] for g in groups))
     cache = cfg.shuffle_window // rows_per_group + 3  # the groups a window spans, and its neighbours
-    digest = fingerprint(root, shards, extra=f"parquet\0{cols}\0{cfg.target}".encode())
-    src = ShardSource(root, shards, groups, cols, cfg.target, torch.cat(labels), digest, cache)
-    x0, _ = src.take(torch.tensor([0]))
-    return src, x0.shape[1:]
+    digest = fingerprint(root, kept, extra=f"parquet\0{cols}\0{cfg.target}".encode())
+    return ShardSource(root, kept, groups, cols, cfg.target, torch.cat(labels), digest, cache), damage
+
+
+def _footer(pq, path: Path):
+    try:
+        meta = _open(pq, path).metadata
+    except Exception as exc:  # truncated (no footer), not Parquet, unreadable
+        raise DataError(f"{path}: not a readable Parquet shard ({' '.join(str(exc).split())[:200]}); "
+                        "rewrite or remove it") from None
+    if meta.num_rows == 0:
+        raise DataError(f"{path}: an empty shard (0 rows); remove it")
+    return meta
+
+
+def expand(pattern: str) -> list[Path]:
+    """`shards:PATTERN`: a folder (its .tar or .parquet files), a glob (`data/train-*.tar`), WebDataset's
+    brace range (`train-{000..199}.tar`) or a comma-separated list; globs and folders in name order."""
+    out: list[Path] = []
+    for part in _braces(pattern):
+        p = Path(part)
+        if p.is_dir():
+            out += sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".tar", ".parquet"))
+        elif any(c in part for c in "*?["):
+            out += sorted(f for f in p.parent.glob(p.name) if f.is_file())
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise DataError(f"data.name=shards:{pattern}: no such shard file or folder: {part}")
+    if not out:
+        raise DataError(f"data.name=shards:{pattern}: matches no .tar or .parquet file")
+    dupes = {f for f in out if out.count(f) > 1}
+    if dupes:
+        raise DataError(f"data.name=shards:{pattern}: {sorted(dupes)[0]} is named twice; each shard once")
+    return out
+
+
+def _braces(pattern: str) -> list[str]:
+    """Commas outside braces split the pattern; `{000..199}` and `{a,b}` expand."""
+    parts, depth, cur = [], 0, ""
+    for c in pattern:
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += (c == "{") - (c == "}")
+        cur += c
+    out: list[str] = []
+    for part in filter(None, [*parts, cur]):
+        m = re.search(r"\{([^{}]*)\}", part)
+        if m is None:
+            out.append(part)
+            continue
+        body = m.group(1)
+        if ".." in body:
+            lo, hi = body.split("..", 1)
+            if not (lo.isdigit() and hi.isdigit()):
+                raise DataError(f"data.name=shards:{pattern}: a brace range is numbers, e.g. {{000..199}}")
+            items = [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
+        else:
+            items = body.split(",")
+        out += [x for i in items for x in _braces(part[:m.start()] + i + part[m.end():])]
+    return out
+
+
+def load_shards(pattern: str, cfg):
+    """`shards:PATTERN` -> (source, Damage): tar shards (data/tarshards.py) or Parquet shards."""
+    files = expand(pattern)
+    kinds = {f.suffix for f in files}
+    if kinds - {".tar", ".parquet"} or len(kinds) > 1:
+        raise DataError(f"data.name=shards:{pattern}: the shards are {sorted(kinds)}; give .tar shards or "
+                        ".parquet shards, one kind per run")
+    root = Path(os.path.commonpath([f.resolve().parent for f in files]))
+    files = [f.resolve() for f in files]
+    src, damage = (load_tars if kinds == {".tar"} else load_parquet_files)(files, root, cfg, Damage())
+    src.damage = damage
+    return src
 
 
 def _schema_diff(a, b) -> str:

@@ -227,13 +227,15 @@ class LoaderSource:
         for g, s in zip(self.user_generators, states[1:]):
             g.set_state(s)
 
-    def begin_pass(self, start: int):
+    def begin_pass(self, start: int, epoch: int = 0):
         """`(iterator, by_state)` for an epoch read from batch `start`; by_state: the loader resumes
         by its own state. A fresh pass (start 0) records every generator's state first; a pass
         re-read from its start to skip `start` trained batches first rewinds them to that record,
         so the re-read draws the interrupted epoch's order (not the next epoch's). A loader
         resuming by its state draws its order from that state: what its `iter()` takes from the
         global generator is given back, so the stream stays the uninterrupted run's."""
+        if (ds := distributed_sampler(self.loader)) is not None:
+            ds.set_epoch(epoch)  # as a DDP user must: each epoch its own order, the same on every rank
         if start and self.resumed_by_state:
             rng = self.rng.clone()
             it = self.read(iter, self.loader)
@@ -329,6 +331,19 @@ def loader_generators(loader) -> list:
     return found
 
 
+def samplers_of(loader) -> list:
+    """The loader's sampler objects: its sampler, its batch sampler and the batch sampler's sampler."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    found = (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None))
+    return [s for s in found if s is not None]
+
+
+def distributed_sampler(loader):
+    """The loader's `DistributedSampler` (torch's, or any sampler with num_replicas, rank and set_epoch), or None."""
+    return next((s for s in samplers_of(loader) if all(hasattr(s, a) for a in ("num_replicas", "rank", "set_epoch"))),
+                None)
+
+
 def replay_warning(loader) -> Optional[str]:
     """Why a stateless loader's re-read of an interrupted epoch may not replay its order, or None:
     a sampler that is not one of torch's (their order comes from the generators `LoaderSource` keeps)."""
@@ -337,9 +352,8 @@ def replay_warning(loader) -> Optional[str]:
     ts = torch_samplers
     known = (ts.SequentialSampler, ts.RandomSampler, ts.SubsetRandomSampler, ts.WeightedRandomSampler,
              ts.BatchSampler, torch.utils.data.DistributedSampler)
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for obj in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-        if obj is not None and not isinstance(obj, known):
+    for obj in samplers_of(loader):
+        if not isinstance(obj, known):
             return (f"data: the DataLoader's sampler {type(obj).__qualname__} is not one of torch's and has no "
                     "state_dict, so a resume re-reads the interrupted epoch through it and is exact only if its "
                     "order depends on nothing but the epoch; give it state_dict/load_state_dict or use "
@@ -368,6 +382,13 @@ def subset(base, indices: torch.Tensor):
     if isinstance(base, ArraySource):
         return ArraySource(base.x[indices], base.y[indices])
     return Subset(base, indices)
+
+
+def dropped(source) -> int:
+    """Samples the last `take` in this process left out as damaged (`data.on_bad_shard: skip`)."""
+    while isinstance(source, Subset):
+        source = source.base
+    return len(getattr(source, "last_dropped", ()))
 
 
 class Subset:

@@ -6,8 +6,10 @@ Activations are *measured*, not modelled: saved-tensor hooks record every tensor
 for backward during real forward passes (loss included, under the configured precision) of 1
 and 2 of the longest training samples, attributed to the model's blocks; the bytes are then
 extrapolated linearly to the configured micro-batch. With checkpointing, a checkpointed block
-keeps its input and its attention outputs (selective checkpointing, memory/levers.py), plus, during
-backward, one block's recomputed activations at a time.
+keeps its input and what its policy keeps (memory/selective.py: attention outputs, or every matmul
+output), plus, during backward, one block's recomputed activations at a time; an offloaded block
+(memory/offload.py) keeps what offload leaves (storages under MIN_BYTES), plus, during backward, one
+block's restored activations at a time.
 Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
 and the process's own footprint (the Python interpreter, torch's libraries).
 On CUDA (or with `--measure`) the plan is also *measured*: a few real training steps of the config
@@ -26,7 +28,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ecotrain.data import load_data
-from ecotrain.memory.levers import ATTENTION_OPS, find_blocks, select_modules
+from ecotrain.memory.levers import find_blocks, select_modules
+from ecotrain.memory.offload import MIN_BYTES
+from ecotrain.memory.selective import ATTENTION_OPS, MATMUL_OPS
 from ecotrain.memory.planner import fmt_bytes
 from ecotrain.models import build_model
 from ecotrain.precision import Precision
@@ -58,19 +62,24 @@ def _optim_states(cfg) -> int:
 
 def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[str, nn.Module]]) -> dict:
     """Bytes autograd saves for backward in one forward of (x, y): `outside` the blocks, per block
-    `saved`, and each block's `input` (what a checkpointed block keeps instead)."""
+    `saved`, each block's `input` (what a checkpointed block keeps instead), the outputs of its
+    `attention` and `matmul` ops (what the two checkpoint policies keep besides) and its `offloadable`
+    saved storages (those of at least offload.MIN_BYTES)."""
     params = {p.data_ptr() for p in model.parameters()}
     seen: set[int] = set()
     where = {"name": None}
     out = {"outside": 0, "saved": {n: 0 for n, _ in blocks}, "input": {n: 0 for n, _ in blocks},
-           "attention": {n: 0 for n, _ in blocks}}
+           "attention": {n: 0 for n, _ in blocks}, "matmul": {n: 0 for n, _ in blocks},
+           "offloadable": {n: 0 for n, _ in blocks}}
 
-    class AttentionOutputs(TorchDispatchMode):  # what selective checkpointing keeps (memory/levers.py)
+    class KeptOutputs(TorchDispatchMode):  # what the checkpoint policies keep (memory/selective.py)
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
-            if func in ATTENTION_OPS and where["name"] is not None:
-                out["attention"][where["name"]] += sum(t.nelement() * t.element_size()
-                                                       for t in tree_leaves(result) if torch.is_tensor(t))
+            if func in MATMUL_OPS and where["name"] is not None:
+                n = sum(t.nelement() * t.element_size() for t in tree_leaves(result) if torch.is_tensor(t))
+                out["matmul"][where["name"]] += n
+                if func in ATTENTION_OPS:
+                    out["attention"][where["name"]] += n
             return result
 
     def pack(t: torch.Tensor):
@@ -82,6 +91,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
                 out["outside"] += n
             else:
                 out["saved"][where["name"]] += n
+                out["offloadable"][where["name"]] += n if n >= MIN_BYTES else 0
         return t
 
     def enter(name):
@@ -96,7 +106,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     handles = [h for n, m in blocks for h in (m.register_forward_pre_hook(enter(n)), m.register_forward_hook(leave))]
     try:
         model.train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), AttentionOutputs(), precision.autocast():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), KeptOutputs(), precision.autocast():
             loss = task.loss(model(x), (x, y))
         del loss
     finally:
@@ -105,10 +115,18 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     return out
 
 
-def _activations(m: dict, chosen: set[str]) -> float:
-    kept = m["outside"] + sum(m["input"][n] + m["attention"][n] if n in chosen else s for n, s in m["saved"].items())
-    recompute = max((m["saved"][n] for n in chosen), default=0)
-    return kept + recompute
+def _activations(m: dict, chosen: set[str], policy: str = "attention", offloaded=frozenset()) -> float:
+    keeps = "attention" if policy == "attention" else "matmul"
+    kept = m["outside"]
+    for n, s in m["saved"].items():
+        if n in chosen:
+            kept += m["input"][n] + m[keeps][n]
+        else:
+            kept += s - m["offloadable"][n] if n in offloaded else s
+    # during backward, one block at a time is recomputed (less what its policy kept) or read back
+    recompute = max((m["saved"][n] - (m["matmul"][n] if policy == "matmuls" else 0) for n in chosen), default=0)
+    restore = max((m["offloadable"][n] for n in offloaded), default=0)
+    return kept + max(recompute, restore)
 
 
 def saved_profile(bundle, model: nn.Module, task, precision, blocks) -> tuple[dict, dict]:
@@ -119,9 +137,11 @@ def saved_profile(bundle, model: nn.Module, task, precision, blocks) -> tuple[di
             measure_saved(model, task, *bundle.train.take(order[:2]), precision, blocks))
 
 
-def activations_at(m1: dict, m2: dict, chosen: set[str], batch: int) -> float:
-    """Activation bytes at `batch` samples with the `chosen` blocks checkpointed."""
-    a1, a2 = _activations(m1, chosen), _activations(m2, chosen)
+def activations_at(m1: dict, m2: dict, chosen: set[str], batch: int, policy: str = "attention",
+                   offloaded=frozenset()) -> float:
+    """Activation bytes at `batch` samples with the `chosen` blocks checkpointed under `policy` and the
+    `offloaded` ones offloaded."""
+    a1, a2 = _activations(m1, chosen, policy, offloaded), _activations(m2, chosen, policy, offloaded)
     return max(0.0, a1 + (a2 - a1) * (batch - 1))  # linear in the batch: intercept + slope * b
 
 

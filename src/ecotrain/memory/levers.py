@@ -3,8 +3,11 @@
 Checkpointing replaces a block's `forward` on the instance with one that runs it under
 `torch.utils.checkpoint` (non-reentrant): the module, its class and its state_dict keys stay the
 same (no wrapper module, no `__getattr__` proxy), and gradients are exactly those of the plain
-model because the recomputation replays the same RNG and autocast state. It is selective: the
-outputs of fused attention kernels are kept, everything else in the block is recomputed.
+model because the recomputation replays the same RNG and autocast state. It is selective, per op
+(memory/selective.py, `memory.checkpoint_policy`): `attention` keeps the fused attention kernels'
+outputs and recomputes the rest; `matmuls` keeps every matmul output and recomputes pointwise ops.
+Activation offload (memory/offload.py, `memory.activation_offload`) moves the saved tensors of the
+blocks not checkpointed to host memory or a file.
 
 OOM recovery doubles the number of micro-batches of the effective batch: the micro-batch halves,
 the accumulation doubles, and the loss normalisation (task.normalized_loss) keeps the maths of
@@ -16,20 +19,22 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fnmatch
-import functools
 import gc
 import json
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint
 
 from ecotrain.batch import batch_size
 from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.memory.offload import apply_offload
+from ecotrain.memory.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
 from ecotrain.rundir import atomic_write
 
 
@@ -84,40 +89,35 @@ def select_modules(model: nn.Module, spec) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in chosen if not any(n.startswith(o + ".") for o, _ in chosen)]
 
 
-def _attention_ops() -> frozenset:
-    names = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
-    return frozenset(getattr(torch.ops.aten, n).default for n in names if hasattr(torch.ops.aten, n))
+def _checkpointed(forward: Callable, policy: str) -> Callable:
+    make_contexts = context_fn(policy)
 
-
-ATTENTION_OPS = _attention_ops()
-
-
-def _keep_attention(ctx, op, *args, **kwargs):
-    # Attention is the costly part to recompute at long T (O(T^2) FLOPs) and its outputs are small
-    # (O(T)): keep them, recompute the rest. Measured at T=2048: ~1.35x -> ~1.2x step time.
-    return CheckpointPolicy.MUST_SAVE if op in ATTENTION_OPS else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-_SELECTIVE = functools.partial(create_selective_checkpoint_contexts, _keep_attention)
-
-
-def _checkpointed(forward: Callable) -> Callable:
     def run(*args, **kwargs):
         if not torch.is_grad_enabled():  # eval / inference: nothing would be saved anyway
             return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, context_fn=_SELECTIVE, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=make_contexts, **kwargs)
     run.__wrapped__ = forward
     return run
 
 
-def apply_activation_checkpointing(model: nn.Module, spec) -> list[str]:
-    """Checkpoint the modules `spec` selects, in place; returns their names."""
+def apply_activation_checkpointing(model: nn.Module, spec, policy: str = "attention") -> list[str]:
+    """Checkpoint the modules `spec` selects, in place, keeping what `policy` keeps (memory/selective.py);
+    returns their names."""
     chosen = select_modules(model, spec)
     for _, mod in chosen:
         if not hasattr(mod.forward, "__wrapped__"):
-            mod.forward = _checkpointed(mod.forward)  # an instance attribute: nn.Module.__call__ finds it
+            mod.forward = _checkpointed(mod.forward, policy)  # an instance attribute: nn.Module.__call__ finds it
     return [n for n, _ in chosen]
+
+
+def offload_targets(model: nn.Module, checkpointed: list[str]) -> list[tuple[str, nn.Module]]:
+    """The modules activation offload wraps: the blocks not checkpointed (a checkpointed block keeps only
+    its input), or the whole model when it has no repeated blocks and nothing is checkpointed."""
+    blocks = find_blocks(model)
+    if not blocks:
+        return [] if checkpointed else [("", model)]
+    return [(n, m) for n, m in blocks if n not in checkpointed
+            and not any(n.startswith(c + ".") or c.startswith(n + ".") for c in checkpointed)]
 
 
 def release_freed_memory(threshold: int = 1 << 20) -> bool:
@@ -136,7 +136,11 @@ def configure_memory(model: nn.Module, cfg) -> list[str]:
     """Apply the `memory` config section to a built model; returns the checkpointed modules' names."""
     if cfg.release_freed:
         release_freed_memory()
-    return apply_activation_checkpointing(model, cfg.activation_checkpointing)
+    names = apply_activation_checkpointing(model, cfg.activation_checkpointing, cfg.checkpoint_policy)
+    if cfg.activation_offload != "off":  # the file goes to the run folder (memory.measure.for_run sets it)
+        folder = Path(cfg.offload_dir) if cfg.offload_dir else Path(tempfile.gettempdir())
+        apply_offload(offload_targets(model, names), folder, lossy=cfg.activation_offload == "bf16")
+    return names
 
 
 # ---------------------------------------------------------------- OOM recovery

@@ -1,11 +1,16 @@
 """`memory.budget`: measure a few exactly-equivalent plans and train with the fastest that fits.
 
-A plan is three levers that leave the maths of a step unchanged: which blocks are checkpointed
-(memory/levers.py: off, every K-th block, all; selective, attention outputs kept), how many micro-batches
-the effective batch is cut into (exact accumulation: `loop.backward_micro_batches` normalises by
-the whole batch's units; the same count OOM recovery raises) and, only with
-`memory.allow_precision_change`, fp32 vs bf16 autocast. CPU offload of optimizer state exists only
-under FSDP (several ranks), so it is not a candidate here.
+A plan combines levers that leave the maths of a step unchanged (`memory.budget_levers` may leave
+some out): which blocks are checkpointed (memory/levers.py: off, every K-th block, all) and under
+which per-op policy (memory/selective.py: `checkpoint` keeps attention outputs and recomputes the
+rest, `selective` keeps every matmul output and recomputes pointwise ops), whether the other blocks'
+saved activations are offloaded (memory/offload.py: host memory on CUDA, a file on CPU; lossless),
+how many micro-batches the effective batch is cut into (exact accumulation:
+`loop.backward_micro_batches` normalises by the whole batch's units; the same count OOM recovery
+raises) and, only with `memory.allow_precision_change`, fp32 vs bf16 autocast and bf16 offload.
+Evaluation reads as many samples at a time as a training micro-batch (`memory.eval_batch_size`), and
+its peak is measured with the plan's: a plan fits when both do. CPU offload of optimizer state
+exists only under FSDP (several ranks), so it is not a candidate here.
 
 Each measured plan runs a few real training steps of the real model and batch in a fresh process
 (memory/worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
@@ -40,23 +45,41 @@ PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable b
 # ---------------------------------------------------------------- candidates
 
 
+LEVERS = ("checkpoint", "selective", "offload", "micro_batches")  # memory.budget_levers' names
+
+
 @dataclass(frozen=True)
 class Candidate:
     checkpointing: str  # "off", "all", "every_n:K" or "modules" (the user's own list)
     micro_batches: int  # pieces of the effective batch (exact accumulation)
     precision: str
     n_checkpointed: int = 0  # blocks checkpointed (for ordering and display)
+    policy: str = "attention"  # what a checkpointed block keeps: "attention" or "matmuls" (memory/selective.py)
+    offload: str = "off"  # the other blocks' saved activations: "off", "on" (lossless) or "bf16"
+    n_offloaded: int = 0  # blocks offloaded (for display)
+    eval_batch: Optional[int] = None  # evaluation's batch (memory.eval_batch_size); None: the config's
 
     @property
     def key(self) -> str:
-        return f"{self.checkpointing}/{self.micro_batches}/{self.precision}"
+        selective = "+matmuls" if self.policy == "matmuls" and self.checkpointing != "off" else ""
+        offload = {"off": "", "on": "/offload", "bf16": "/offload-bf16"}[self.offload]
+        return f"{self.checkpointing}{selective}/{self.micro_batches}/{self.precision}{offload}"
+
+    @property
+    def group(self) -> tuple:
+        """Every lever but the micro-batch count."""
+        return self.checkpointing, self.policy, self.offload, self.precision
 
     def describe(self, batch: int) -> str:
-        ck = {"off": "no checkpointing", "all": "checkpointing every block"}.get(self.checkpointing)
+        how = "selective recompute (matmuls kept) of" if self.policy == "matmuls" else "checkpointing"
+        ck = {"off": "no checkpointing", "all": f"{how} every block"}.get(self.checkpointing)
         if ck is None:
-            ck = (f"checkpointing {self.n_checkpointed} block{'s' if self.n_checkpointed > 1 else ''} "
+            ck = (f"{how} {self.n_checkpointed} block{'s' if self.n_checkpointed > 1 else ''} "
                   f"({self.checkpointing.replace(':', '=')})"
-                  if self.checkpointing.startswith("every_n") else "checkpointing memory.activation_checkpointing.modules")
+                  if self.checkpointing.startswith("every_n") else f"{how} memory.activation_checkpointing.modules")
+        if self.offload != "off":
+            ck += (f", offload{' (bf16)' if self.offload == 'bf16' else ''} of "
+                   f"{'every block' if self.checkpointing == 'off' else f'the other {self.n_offloaded}'}")
         size = -(-batch // self.micro_batches)
         return f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}, {self.precision}"
 
@@ -91,14 +114,40 @@ def micro_counts(batch: int, accumulate: int, min_micro: int) -> list[int]:
     return out or [accumulate]
 
 
+def eval_batch_of(default: int, batch: int, micro_batches: int) -> int:
+    """Evaluation's batch under a plan: a training micro-batch's samples (an inference forward holds
+    nothing for backward, so it stays under the training step's peak; measured with it), at most
+    the configured one."""
+    return min(default, -(-batch // micro_batches))
+
+
 def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micro: int, precision: str,
-               allow_precision_change: bool) -> list[Candidate]:
-    """Every exactly-equivalent plan; the first is the least constrained (the baseline measured first)."""
+               allow_precision_change: bool, levers: Sequence[str] = LEVERS,
+               eval_default: Optional[int] = None) -> list[Candidate]:
+    """Every exactly-equivalent plan with the `levers` allowed (bf16 ones with `allow_precision_change`);
+    the first is the least constrained (the baseline measured first). Within a group (every lever but
+    the micro-batches) the micro-batch count rises."""
     precisions = [precision]
     if allow_precision_change:
         precisions += [p for p in ("bf16-mixed", "fp32") if p != precision]
-    return [Candidate(level, n, p, count) for p in precisions for level, count in checkpoint_levels(n_blocks, named)
-            for n in micro_counts(batch, accumulate, min_micro)]
+    policies = [p for p, lever in (("attention", "checkpoint"), ("matmuls", "selective")) if lever in levers]
+    levels = checkpoint_levels(n_blocks, named) if policies else [("off", 0)]
+    offloads = ["off"]
+    if "offload" in levers and n_blocks:  # offload wraps the repeated blocks (memory/levers.offload_targets)
+        offloads += ["on", "bf16"] if allow_precision_change else ["on"]
+    micros = micro_counts(batch, accumulate, min_micro) if "micro_batches" in levers else [accumulate]
+    out = []
+    for p in precisions:
+        for level, count in levels:
+            for policy in (["attention"] if level == "off" else policies):
+                for off in offloads:
+                    n_off = n_blocks - count if level != "modules" else n_blocks
+                    if off != "off" and n_off <= 0:
+                        continue
+                    out += [Candidate(level, n, p, count, policy, off, n_off if off != "off" else 0,
+                                      eval_batch_of(eval_default, batch, n) if eval_default else None)
+                            for n in micros]
+    return out
 
 
 # ---------------------------------------------------------------- measurements and the choice
@@ -112,6 +161,12 @@ class Measured:
     seconds: float = 0.0  # wall time of the measuring process, start-up included
     predicted_bytes: Optional[int] = None
     cpu_seconds: Optional[float] = None  # CPU runs: all threads' CPU seconds of that fastest step
+    eval_peak_bytes: Optional[int] = None  # the peak once evaluation ran too (CPU: RSS never drops, so >= peak)
+
+    @property
+    def top(self) -> int:
+        """The plan's peak, training and evaluation together: what the budget bounds."""
+        return max(self.peak_bytes, self.eval_peak_bytes or 0)
 
     @property
     def cost(self) -> float:
@@ -141,22 +196,23 @@ def predict(base: Measured, info: Baseline, key: str) -> Optional[int]:
 
 
 def fits(m: Measured, usable: float) -> bool:
-    return m.peak_bytes <= usable
+    return m.top <= usable
 
 
 def choose(measured: Sequence[Measured], usable: float) -> Optional[Measured]:
-    """The fastest measured plan whose peak is within `usable`; ties: the smaller peak."""
+    """The fastest measured plan whose peak (evaluation's included) is within `usable`; ties: the smaller peak."""
     ok = [m for m in measured if fits(m, usable)]
-    return min(ok, key=lambda m: (m.cost, m.peak_bytes)) if ok else None
+    return min(ok, key=lambda m: (m.cost, m.top)) if ok else None
 
 
 def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set) -> list[Candidate]:
-    """Per checkpointing level and precision, the fewest micro-batches predicted to fit: the plans
-    that nothing cheaper dominates. Largest predicted peak first (the least recomputation)."""
+    """Per group of levers (all but the micro-batches), the fewest micro-batches predicted to fit: the
+    plans that nothing cheaper dominates. Largest predicted peak first: the plans that use most of the
+    budget recompute, offload and cut the least."""
     best: dict[tuple, Candidate] = {}
     for c in cands:
         p = predicted.get(c.key)
-        group = (c.checkpointing, c.precision)
+        group = c.group
         if p is not None and p <= usable * PREDICT_SLACK and group not in best:
             best[group] = c  # candidates come in rising micro-batch order within a group
     return sorted((c for c in best.values() if c.key not in done), key=lambda c: -predicted[c.key])
@@ -186,7 +242,7 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
             measured.append(m)
             done.add(c.key)
             if not fits(m, usable):  # the prediction was too low: the next candidate of its group
-                nxt = [d for d in cands if (d.checkpointing, d.precision) == (c.checkpointing, c.precision)
+                nxt = [d for d in cands if d.group == c.group
                        and d.micro_batches > c.micro_batches and d.key not in done][:1]
                 queue = nxt + [q for q in queue if q not in nxt]
         if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
@@ -219,6 +275,7 @@ class Search:
             return {**asdict(m.candidate), "plan": m.candidate.describe(batch), "peak_bytes": m.peak_bytes,
                     "step_seconds": round(m.step_seconds, 4), "seconds": round(m.seconds, 2),
                     "cpu_seconds": None if m.cpu_seconds is None else round(m.cpu_seconds, 4),
+                    "eval_peak_bytes": m.eval_peak_bytes,
                     "predicted_bytes": m.predicted_bytes, "fits": fits(m, self.usable)}
         return {"budget_bytes": self.budget, "margin": self.margin, "usable_bytes": int(self.usable),
                 "search_seconds": round(self.seconds, 2), "measured": [row(m) for m in self.measured],
@@ -228,9 +285,11 @@ class Search:
 
 def from_record(rec: dict) -> Search:
     def m(r: dict) -> Measured:
-        c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)))
+        c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)),
+                      r.get("policy", "attention"), r.get("offload", "off"), int(r.get("n_offloaded", 0)),
+                      r.get("eval_batch"))  # records written before offload and selective recompute: defaults
         return Measured(c, int(r["peak_bytes"]), float(r["step_seconds"]), float(r.get("seconds", 0)),
-                        r.get("predicted_bytes"), r.get("cpu_seconds"))
+                        r.get("predicted_bytes"), r.get("cpu_seconds"), r.get("eval_peak_bytes"))
     measured = [m(r) for r in rec["measured"]]
     chosen = m(rec["chosen"]) if rec.get("chosen") else None
     return Search(int(rec["budget_bytes"]), float(rec["margin"]), measured, chosen, float(rec["search_seconds"]),
@@ -239,12 +298,12 @@ def from_record(rec: dict) -> Search:
 
 def pareto(measured: Sequence[Measured]) -> list[Measured]:
     """The measured plans no other beats on both peak and step time, by rising peak."""
-    return pareto_front(measured, x=lambda m: m.peak_bytes, y=lambda m: m.cost)
+    return pareto_front(measured, x=lambda m: m.top, y=lambda m: m.cost)
 
 
 def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) -> str:
     """Which lever goes further when no plan fits: sharding the model state (FSDP) over N ranks."""
-    over = smallest.peak_bytes - usable
+    over = smallest.top - usable
     sharded = state_bytes or 0  # what FSDP divides by N: gradients + optimizer state (+ parameters)
     if sharded > over:
         n = 2
@@ -258,25 +317,26 @@ def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) ->
 
 
 def none_fits_line(s: Search, batch: int) -> str:
-    smallest = min(s.measured, key=lambda m: m.peak_bytes)
+    smallest = min(s.measured, key=lambda m: m.top)
     return (f"memory.budget={fmt_bytes(s.budget)}: no plan fits (usable {fmt_bytes(s.usable)} with "
-            f"memory.budget_margin={s.margin:g}); the smallest peak measured was {fmt_bytes(smallest.peak_bytes)} "
+            f"memory.budget_margin={s.margin:g}); the smallest peak measured was {fmt_bytes(smallest.top)} "
             f"({smallest.candidate.describe(batch)}); {shard_hint(smallest, s.usable, s.state_bytes)}")
 
 
 def format_search(s: Search, batch: int) -> str:
     lines = [f"memory budget {fmt_bytes(s.budget)} (usable {fmt_bytes(s.usable)}, margin {s.margin:g}): "
              f"{len(s.measured)} plan(s) measured in {s.seconds:.1f} s",
-             f"  {'plan':<62} {'peak':>10} {'predicted':>10} {'s/step':>8} {'CPU-s':>7}"]
+             f"  {'plan':<80} {'peak':>10} {'+eval':>10} {'predicted':>10} {'s/step':>8} {'CPU-s':>7}"]
     front = {id(m) for m in pareto(s.measured)}
     for m in s.measured:
         mark = "*" if m is s.chosen else "p" if id(m) in front else " "
         pred = fmt_bytes(m.predicted_bytes) if m.predicted_bytes else "-"
-        lines.append(f"{mark} {m.candidate.describe(batch):<62} {fmt_bytes(m.peak_bytes):>10} {pred:>10} "
+        ev = fmt_bytes(m.eval_peak_bytes) if m.eval_peak_bytes else "-"
+        lines.append(f"{mark} {m.candidate.describe(batch):<80} {fmt_bytes(m.peak_bytes):>10} {ev:>10} {pred:>10} "
                      f"{m.step_seconds:8.2f} {m.cpu_seconds if m.cpu_seconds is not None else float('nan'):7.2f}"
                      f"{'' if fits(m, s.usable) else '  over'}")
     if s.chosen:
-        lines.append(f"pick: {s.chosen.candidate.describe(batch)} (peak {fmt_bytes(s.chosen.peak_bytes)}, "
+        lines.append(f"pick: {s.chosen.candidate.describe(batch)} (peak {fmt_bytes(s.chosen.top)}, "
                      f"{s.chosen.step_seconds:.2f} s/step)   [* pick, p Pareto front: peak vs step time"
                      f"{' (CPU-s)' if s.chosen.cpu_seconds is not None else ''}]")
     else:
@@ -305,11 +365,15 @@ def names_modules(cfg) -> bool:
 
 
 def applied(cfg, c: Candidate):
-    """`cfg` with the candidate's checkpointing and precision (its micro-batch count goes in the counters)."""
+    """`cfg` with the candidate's checkpointing, policy, offload, evaluation batch and precision (its
+    micro-batch count goes in the counters)."""
     d = cfg.to_dict()
     d["memory"]["activation_checkpointing"] = c.ac_spec(cfg.memory.activation_checkpointing.model_dump()
                                                         if hasattr(cfg.memory.activation_checkpointing, "model_dump")
                                                         else cfg.memory.activation_checkpointing)
+    d["memory"].update(checkpoint_policy=c.policy, activation_offload=c.offload)
+    if c.eval_batch is not None:
+        d["memory"]["eval_batch_size"] = c.eval_batch
     d["precision"] = c.precision
     return type(cfg).model_validate(d)
 
@@ -319,4 +383,4 @@ def log_choice(s: Search, batch: int) -> None:
         return
     how = f"read from the run folder's {PLAN_FILE}, not measured again" if s.reused else f"chosen in {s.seconds:.1f} s"
     log.info(f"memory.budget={fmt_bytes(s.budget)}: {s.chosen.candidate.describe(batch)}, measured peak "
-             f"{fmt_bytes(s.chosen.peak_bytes)}, {s.chosen.step_seconds:.2f} s/step ({how})")
+             f"{fmt_bytes(s.chosen.top)} (evaluation's included), {s.chosen.step_seconds:.2f} s/step ({how})")

@@ -1,0 +1,247 @@
+"""WebDataset-style `.tar` shards (`data.name: shards:PATTERN`), read by position, never re-read.
+
+A shard is a plain tar file; the members whose names share a key (the path up to the first dot of
+the file name: `000042.npy` and `000042.cls` are sample `000042`, extensions `npy` and `cls`) are one
+sample, written consecutively, as `webdataset.TarWriter` and `tar` write them. At start-up every
+shard's headers are scanned (tarfile seeks over the payloads) into an index of (shard, offset,
+size) per sample, and the small label members are read for the splits and the class count. A
+batch is then one `os.pread` per sample: any sample is reachable at the same cost, so the
+sampler's position (data/sampler.py) is the whole resume state and a resume seeks, it re-reads
+nothing. Reading is the standard library's: the `webdataset` package and torchdata's nodes read a
+tar as a stream, which cannot start at a sample.
+
+Decoding: the feature member `npy` (numpy's format, `allow_pickle=False`) or `json` (a list of
+numbers); the label member `cls`, `label`, `txt` or `json` holding one integer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ecotrain.data.columns import fingerprint
+from ecotrain.errors import DataError
+from ecotrain.log import log
+
+LABEL_EXTS = ("cls", "label", "txt", "json")
+FEATURE_EXTS = ("npy", "json")
+
+
+@dataclass
+class Damage:
+    """What `data.on_bad_shard: skip` left out, for summary.json (`data_skipped`)."""
+
+    shards: dict[str, str] = field(default_factory=dict)  # shard file name -> what was wrong, where
+    samples: int = 0  # samples left out at start-up (a damaged member, a sample with a member missing)
+
+    def add(self, path: Path, what: str, samples: int = 0) -> None:
+        self.shards[path.name] = what
+        self.samples += samples
+        log.warning(f"data.on_bad_shard=skip: {path}: {what}; skipped")
+
+    def to_json(self) -> dict:
+        return {"shards": dict(self.shards), "samples": self.samples}
+
+
+def _split_key(name: str) -> tuple[str, str]:
+    """WebDataset's rule: the key is the path up to the first dot of the base name; the rest is the
+    extension (`a/b/000042.seg.npy` -> (`a/b/000042`, `seg.npy`))."""
+    head, _, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    return (f"{head}/{stem}" if head else stem), (ext if dot else "")
+
+
+def _scan(path: Path, on_bad: str, damage: Damage) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    """[(key, {ext: (payload offset, size)})] of one shard, in file order; a truncated or corrupt
+    shard is one line naming the byte offset (fail), or its complete samples before the damage (skip)."""
+    size = path.stat().st_size
+    samples: list[tuple[str, dict]] = []
+    bad, lost = None, 0  # what is wrong, and how many samples it cost
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                if not m.isfile():
+                    continue
+                key, ext = _split_key(m.name)
+                if m.offset_data + m.size > size:
+                    bad = f"truncated: member {m.name!r} at byte {m.offset} needs {m.size} bytes, the file ends first"
+                    if samples and samples[-1][0] == key:
+                        samples.pop()  # the sample's other members are complete, this one is not
+                    lost = 1
+                    break
+                if samples and samples[-1][0] == key:
+                    samples[-1][1][ext] = (m.offset_data, m.size)
+                else:
+                    samples.append((key, {ext: (m.offset_data, m.size)}))
+            else:
+                end = tar.offset  # where reading stopped: the end-of-archive blocks, or a header it could not read
+                if end < size:
+                    with open(path, "rb") as f:
+                        f.seek(end)
+                        block = f.read(512)
+                    if block.strip(b"\0"):
+                        bad = f"corrupt tar header at byte {end}" if len(block) == 512 else f"truncated at byte {end}"
+    except tarfile.TarError as exc:  # not a tar at all, or a broken first header
+        bad = f"not a readable tar shard ({' '.join(str(exc).split())[:160]})"
+    if bad is None:
+        return samples
+    if on_bad == "fail":
+        raise DataError(f"{path}: {bad}; rewrite or remove the shard, or set data.on_bad_shard=skip")
+    damage.add(path, bad, samples=lost)
+    return samples
+
+
+def _decode_label(raw: bytes, ext: str, where: str) -> int:
+    try:
+        v = json.loads(raw) if ext == "json" else int(raw.decode().strip())
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{v!r} is not an integer")
+        return v
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{where}: the label member .{ext} does not hold one integer ({exc}); fix the shard") from None
+
+
+def _decode_feature(raw: bytes, ext: str, where: str) -> np.ndarray:
+    try:
+        if ext == "json":
+            a = np.asarray(json.loads(raw), dtype=np.float32)
+        else:
+            a = np.load(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, OSError, EOFError, TypeError) as exc:
+        raise DataError(f"{where}: cannot decode the .{ext} member ({' '.join(str(exc).split())[:160]}); "
+                        "the shard is damaged: rewrite or remove it, or set data.on_bad_shard=skip") from None
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+        raise DataError(f"{where}: the .{ext} member holds {a.dtype}, not numbers; store numeric arrays")
+    return a
+
+
+def _pick(exts: list[str], target: str, features, where: str) -> tuple[str, str]:
+    """(feature ext, label ext) from a sample's extensions, data.target and data.features."""
+    label = target if target in exts else next((e for e in LABEL_EXTS if e in exts and target == "label"), None)
+    if label is None:
+        raise DataError(f"{where}: no label member '.{target}' (members: {exts}); set data.target to the label's "
+                        "extension (cls, label, txt or json)")
+    rest = list(features) if features else [e for e in exts if e != label]
+    if len(rest) != 1:
+        raise DataError(f"{where}: {'no' if not rest else 'several'} feature members ({rest or exts}); set "
+                        "data.features to the one extension that holds the sample (e.g. [npy])")
+    if rest[0] not in exts:
+        raise DataError(f"{where}: no feature member '.{rest[0]}' (members: {exts}); fix data.features")
+    if rest[0].rsplit(".", 1)[-1] not in FEATURE_EXTS:
+        raise DataError(f"{where}: the feature member '.{rest[0]}' is not npy or json; write the samples as .npy")
+    return rest[0], label
+
+
+class TarShardSource:
+    """Map-style access to tar shards by the start-up index (see the module's docstring)."""
+
+    def __init__(self, shards: list[Path], shard_of: np.ndarray, offset: np.ndarray, size: np.ndarray,
+                 keys: list[str], ext: str, labels: torch.Tensor, shape, dtype, digest: str, on_bad: str):
+        self.shards, self.shard_of, self.offset, self.size = shards, shard_of, offset, size
+        self.keys, self.ext, self._labels, self.digest, self.on_bad = keys, ext, labels, digest, on_bad
+        self.shape, self.dtype = tuple(shape), dtype
+        self.n = len(offset)
+        self.shard_start = np.concatenate([[0], np.cumsum(np.bincount(shard_of, minlength=len(shards)))[:-1]])
+        self._fds: dict[int, int] = {}
+        self._pid = None
+        self.last_dropped: list[int] = []  # rows of the last `take` skipped as damaged (on_bad_shard=skip)
+        self.damage = Damage()  # what on_bad_shard=skip left out at start-up (load_shards sets it)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def labels(self) -> torch.Tensor:
+        return self._labels
+
+    def hash_into(self, h) -> None:
+        h.update(self.digest.encode())
+
+    def shard_sizes(self, rows: torch.Tensor) -> list[int]:
+        """How many of `rows` (sorted sample ids) fall in each shard: the sampler's blocks."""
+        return np.bincount(self.shard_of[rows.numpy()], minlength=len(self.shards)).tolist()
+
+    def where(self, row: int) -> str:
+        return f"{self.shards[self.shard_of[row]]} sample '{self.keys[row]}' at byte {self.offset[row]}"
+
+    def _fd(self, shard: int) -> int:
+        if self._pid != os.getpid():  # a loader worker: its own descriptors, not the parent's
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self.shards[shard], os.O_RDONLY)
+        return fd
+
+    def take(self, idx: torch.Tensor):
+        rows = idx.tolist()
+        xs, kept, dropped = [], [], []
+        for r in rows:
+            raw = os.pread(self._fd(int(self.shard_of[r])), int(self.size[r]), int(self.offset[r]))
+            try:
+                if len(raw) != self.size[r]:
+                    raise DataError(f"{self.where(r)}: the shard is shorter than at start-up (it changed "
+                                    "during the run); restore it")
+                a = _decode_feature(raw, self.ext, self.where(r))
+                if a.shape != self.shape or a.dtype != self.dtype:
+                    raise DataError(f"{self.where(r)}: holds {a.dtype}{list(a.shape)}, sample 0 "
+                                    f"{self.dtype}{list(self.shape)}; every sample must have the same shape and type")
+            except DataError:
+                if self.on_bad != "skip":
+                    raise
+                dropped.append(r)
+                continue
+            xs.append(a)
+            kept.append(r)
+        self.last_dropped = dropped
+        if not xs:
+            raise DataError(f"{self.where(rows[0])}: every sample of a batch is damaged; rewrite or remove the shard")
+        return torch.from_numpy(np.stack(xs)), self._labels[torch.as_tensor(kept)]
+
+
+def load_tars(shards: list[Path], digest_root: Path, cfg, damage: Damage) -> tuple[TarShardSource, Damage]:
+    """Scan every shard, read the labels, check the first sample; one line for what is wrong."""
+    shard_of, offset, size, keys, labels = [], [], [], [], []
+    feat = lab = None
+    for i, path in enumerate(shards):
+        samples = _scan(path, cfg.on_bad_shard, damage)
+        if not samples and path.name not in damage.shards:
+            if cfg.on_bad_shard == "fail":
+                raise DataError(f"{path}: an empty shard (no samples); remove it")
+            damage.add(path, "an empty shard")
+            continue
+        with open(path, "rb") as f:
+            for key, members in samples:
+                where = f"{path} sample '{key}'"
+                if feat is None:
+                    feat, lab = _pick(sorted(members), cfg.target, cfg.features, where)
+                if feat not in members or lab not in members:
+                    miss = feat if feat not in members else lab
+                    if cfg.on_bad_shard == "fail":
+                        raise DataError(f"{where}: no .{miss} member (members: {sorted(members)}); every sample "
+                                        "needs the same members; fix the shard or set data.on_bad_shard=skip")
+                    damage.add(path, f"sample '{key}' has no .{miss} member", samples=1)
+                    continue
+                lo, n = members[lab]
+                f.seek(lo)
+                labels.append(_decode_label(f.read(n), lab.rsplit(".", 1)[-1], where))
+                shard_of.append(i)
+                offset.append(members[feat][0])
+                size.append(members[feat][1])
+                keys.append(key)
+    if not keys:
+        raise DataError(f"data.name: {shards[0].parent}: no readable samples in {len(shards)} shard(s)")
+    src_args = (np.asarray(shard_of, dtype=np.int64), np.asarray(offset, dtype=np.int64),
+                np.asarray(size, dtype=np.int64), keys, feat)
+    with open(shards[shard_of[0]], "rb") as f:
+        f.seek(offset[0])
+        a0 = _decode_feature(f.read(size[0]), feat.rsplit(".", 1)[-1], f"{shards[shard_of[0]]} sample '{keys[0]}'")
+    digest = fingerprint(digest_root, shards, extra=f"tar\0{feat}\0{lab}\0{cfg.on_bad_shard}".encode())
+    src = TarShardSource(shards, *src_args[:4], feat.rsplit(".", 1)[-1], torch.tensor(labels, dtype=torch.int64),
+                         a0.shape, a0.dtype, digest, cfg.on_bad_shard)
+    return src, damage
