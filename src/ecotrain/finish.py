@@ -53,7 +53,8 @@ class Summary:
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
-    # data.on_bad_shard=skip: {"shards": {file: what was wrong}, "samples": samples left out, at start-up and in training}
+    # data.on_bad_shard=skip: {"shards": {file: what was wrong}, "samples": left out at start-up, "batch_reads":
+    # reads of a damaged sample that training batches left out (a sample read in 3 epochs counts 3)}
     data_skipped: Optional[dict] = None
     memory_plan: Optional[dict] = None  # memory.budget: the plans measured and the one chosen (memory/planner.py)
     # csv data: {"columns": the feature columns' names, in order}, the model's input contract (inference.py)
@@ -141,12 +142,11 @@ def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summ
 
 
 def data_skipped(at_start: Optional[dict], in_training: int) -> Optional[dict]:
-    """What `data.on_bad_shard: skip` left out: the shards and samples found at start-up, plus the
-    damaged samples the training batches left out (summed over resumed segments)."""
+    """What `data.on_bad_shard: skip` left out: found at start-up, and read in training batches
+    (summed over resumed segments)."""
     if not at_start and not in_training:
         return None
-    at_start = at_start or {"shards": {}, "samples": 0}
-    return {"shards": at_start["shards"], "samples": at_start["samples"] + in_training}
+    return {**(at_start or {"shards": {}, "samples": 0}), "batch_reads": in_training}
 
 
 def preempted_summary(run: Run) -> dict:

@@ -56,12 +56,53 @@ def test_micro_counts_keep_the_effective_batch_and_the_minimum():
 
 
 def test_candidates_first_is_the_least_constrained_and_precision_only_when_allowed():
-    cs = candidates(6, False, 8, 1, 1, "fp32", False)
+    old = ("checkpoint", "micro_batches")  # the levers before selective recompute and offload
+    cs = candidates(6, False, 8, 1, 1, "fp32", False, old)
     assert cs[0] == Candidate("off", 1, "fp32", 0)
     assert {c.precision for c in cs} == {"fp32"} and len(cs) == 5 * 4
-    both = candidates(6, False, 8, 1, 1, "fp32", True)
+    both = candidates(6, False, 8, 1, 1, "fp32", True, old)
     assert {c.precision for c in both} == {"fp32", "bf16-mixed"} and len(both) == 40
     assert len({c.key for c in both}) == 40
+
+
+def test_candidates_combine_policy_offload_and_micro_batches_within_the_levers_allowed():
+    cs = candidates(6, False, 8, 1, 1, "fp32", False, eval_default=32)
+    assert cs[0] == Candidate("off", 1, "fp32", 0, eval_batch=8)
+    # levels off, 1, 2, 3 blocks, all; two policies when checkpointing; offload unless every block is checkpointed
+    assert len(cs) == (2 + 3 * 2 * 2 + 2 * 1) * 4 and len({c.key for c in cs}) == len(cs)
+    assert {c.offload for c in cs} == {"off", "on"}  # bf16 offload only with allow_precision_change
+    assert not [c for c in cs if c.checkpointing == "all" and c.offload != "off"]
+    sel = next(c for c in cs if c.key == "every_n:2+matmuls/2/fp32/offload")
+    assert sel.n_checkpointed == 3 and sel.n_offloaded == 3 and sel.eval_batch == 4
+    assert sel.describe(8) == ("selective recompute (matmuls kept) of 3 blocks (every_n=2), offload of the other 3, "
+                               "2 micro-batches of 4, fp32")
+    exact = candidates(6, False, 8, 1, 1, "fp32", False, ("checkpoint", "selective", "offload"))
+    assert {c.micro_batches for c in exact} == {1}  # micro-batches left out: one forward per step, as configured
+    assert {c.offload for c in candidates(6, False, 8, 1, 1, "fp32", True)} == {"off", "on", "bf16"}
+    assert {(c.checkpointing, c.policy) for c in candidates(6, False, 8, 1, 1, "fp32", False, ["selective"])} == \
+        {("off", "attention"), ("every_n:6", "matmuls"), ("every_n:3", "matmuls"), ("every_n:2", "matmuls"),
+         ("all", "matmuls")}
+
+
+def test_budget_levers_are_checked_in_one_line():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["memory.budget_levers=[checkpoint,offlaod]"])
+    assert "memory.budget_levers" in str(e.value) and "\n" not in str(e.value)
+    assert load_config(None, ["memory.budget_levers=[offload]"]).memory.budget_levers == ["offload"]
+
+
+def test_evaluation_counts_in_the_fit():
+    fast = Measured(Candidate("off", 1, "fp32"), 600 * MiB, 1.0, eval_peak_bytes=900 * MiB)
+    slow = Measured(Candidate("all", 1, "fp32"), 650 * MiB, 1.3, eval_peak_bytes=700 * MiB)
+    assert fast.top == 900 * MiB
+    assert choose([fast, slow], 800 * MiB) is slow  # the fast plan's evaluation would pass the budget
+    rec = json.loads(json.dumps(search(slow.candidate, lambda info: [], 2000 * MiB, 0.05,
+                                       lambda c, first: (slow, Baseline(0, 0, 0, {}, 0)), 1).record(1)))
+    assert rec["chosen"]["eval_peak_bytes"] == 700 * MiB and from_record(rec).chosen.top == 700 * MiB
+    cfg = Config.model_validate({"memory": {"budget": "1GiB"}, "data": {"batch_size": 8}})
+    out = applied(cfg, Candidate("every_n:2", 2, "fp32", 1, "matmuls", "on", 1, 4))
+    assert (out.memory.checkpoint_policy, out.memory.activation_offload, out.memory.eval_batch_size) == \
+        ("matmuls", "on", 4)
 
 
 def m(level, n, peak_mib, secs, prec="fp32", count=0):

@@ -115,8 +115,8 @@ class Feed:
                     idx, batch, gone = next(it)
                 except StopIteration:
                     return
-                except EcotrainError:
-                    raise
+                except EcotrainError as exc:  # ours, from a worker: torch put the worker's traceback in its text
+                    raise type(exc)(_last_line(exc).split(f"{type(exc).__name__}: ", 1)[-1]) from None
                 except Exception as exc:  # the worker's exception, re-raised with its traceback as text
                     raise DataError(f"data: a loader worker failed reading a batch of epoch {epoch}: "
                                     f"{_last_line(exc)}") from None

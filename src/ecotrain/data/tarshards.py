@@ -153,6 +153,7 @@ class TarShardSource:
         self._pid = None
         self.last_dropped: list[int] = []  # rows of the last `take` skipped as damaged (on_bad_shard=skip)
         self.damage = Damage()  # what on_bad_shard=skip left out at start-up (load_shards sets it)
+        self._warned: set[int] = set()
 
     def __len__(self) -> int:
         return self.n
@@ -191,9 +192,12 @@ class TarShardSource:
                 if a.shape != self.shape or a.dtype != self.dtype:
                     raise DataError(f"{self.where(r)}: holds {a.dtype}{list(a.shape)}, sample 0 "
                                     f"{self.dtype}{list(self.shape)}; every sample must have the same shape and type")
-            except DataError:
+            except DataError as exc:
                 if self.on_bad != "skip":
                     raise
+                if r not in self._warned:  # once per sample and process: every epoch reads it again
+                    self._warned.add(r)
+                    log.warning(f"data.on_bad_shard=skip: {str(exc).split(';')[0]}; left out")
                 dropped.append(r)
                 continue
             xs.append(a)

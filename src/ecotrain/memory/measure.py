@@ -9,7 +9,8 @@ measured line: the config exactly as written). Peak (device.memory_peaks, as the
 on CPU the process's peak RSS (`ru_maxrss`, which never goes down: hence one process per plan); on
 CUDA the allocator's `max_memory_allocated` (and `max_memory_reserved`, what its cache held). Step
 time: the fastest step after the first (which allocates the optimizer state and, with the ledger
-on, counts FLOPs).
+on, counts FLOPs). A memory.budget candidate then evaluates a few batches at its evaluation batch, and
+the peak after that is its `eval_peak_bytes`.
 The first (baseline) job also estimates every candidate's activations with `ecotrain plan`'s
 saved-tensor measurement, after its peak has been read.
 """
@@ -35,13 +36,15 @@ from ecotrain.device import host_peak_rss
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.memory.estimate import activations_at, saved_profile
-from ecotrain.memory.levers import find_blocks, select_modules
+from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
 from ecotrain.precision import Precision
+from ecotrain.stepplan import eval_batch_size
 from ecotrain.task import build_task
 
 TIMEOUT_S = 3600
+EVAL_BATCHES = 2  # evaluation batches a measured plan runs: its peak is reached in the first
 
 
 def _job_config(cfg) -> dict:
@@ -97,7 +100,8 @@ def measure(cfg, c: Candidate, first: bool):
     """Measured (and with `first`, a Baseline) of candidate `c`, from a fresh process."""
     job = {"config": _job_config(planner.applied(cfg, c)), "micro_batches": c.micro_batches, "candidate": c.key,
            "estimate": cfg.to_dict() if first else None,  # the user's config: its checkpointing spec
-           "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin)}
+           "usable": cfg.memory.budget * (1 - cfg.memory.budget_margin),
+           "eval_batches": EVAL_BATCHES if c.eval_batch else 0}
     r = run_job(job)
     if r.out is None:
         error = ConfigError if r.returncode == EXIT_USAGE else EcotrainError  # the user's config: exit code 2
@@ -105,7 +109,8 @@ def measure(cfg, c: Candidate, first: bool):
                     f"failed: {r.error}")
     out = r.out
     peak = out["peak_bytes"] if not out["oom_recoveries"] else max(out["peak_bytes"], cfg.memory.budget + 1)
-    m = Measured(c, int(peak), float(out["step_seconds"]), r.seconds, cpu_seconds=out["cpu_seconds"])
+    m = Measured(c, int(peak), float(out["step_seconds"]), r.seconds, cpu_seconds=out["cpu_seconds"],
+                 eval_peak_bytes=out.get("eval_peak_bytes"))
     if not first:
         return m
     return m, Baseline(out["start_bytes"], out["start_peak_bytes"], out["state_bytes"], out["activations"],
@@ -116,7 +121,7 @@ def measure_config(cfg) -> JobResult:
     """`memory.search_steps` training steps of `cfg` exactly as configured (its checkpointing,
     accumulation, precision, device) in a fresh process: `ecotrain plan`'s measured peak."""
     return run_job({"config": _job_config(cfg), "micro_batches": cfg.loop.accumulate, "candidate": "as configured",
-                    "estimate": None, "usable": float("inf")})
+                    "estimate": None, "usable": float("inf"), "eval_batches": 0})
 
 
 def _rss_now() -> int:
@@ -140,7 +145,7 @@ def estimates(cfg) -> tuple[dict, int]:
     every = blocks + [(n, m) for n, m in mods if n not in {b for b, _ in blocks}]
     batch = cfg.data.batch_size * cfg.loop.accumulate
     cands = planner.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
-                               cfg.precision, cfg.memory.allow_precision_change)
+                               cfg.precision, cfg.memory.allow_precision_change, cfg.memory.budget_levers)
     profiles = {p: saved_profile(bundle, model, task, Precision(p, torch.device("cpu")), every)
                 for p in dict.fromkeys(c.precision for c in cands)}
     out = {}
@@ -151,7 +156,10 @@ def estimates(cfg) -> tuple[dict, int]:
             chosen = blocks[::int(c.checkpointing.split(":")[1])]
         else:
             chosen = blocks if c.checkpointing == "all" else []
-        out[c.key] = int(activations_at(*profiles[c.precision], {n for n, _ in chosen}, -(-batch // c.micro_batches)))
+        names = {n for n, _ in chosen}
+        offloaded = {n for n, _ in offload_targets(model, sorted(names))} if c.offload != "off" else set()
+        out[c.key] = int(activations_at(*profiles[c.precision], names, -(-batch // c.micro_batches), c.policy,
+                                        offloaded))
     return out, len(blocks)
 
 
@@ -161,21 +169,33 @@ def estimates(cfg) -> tuple[dict, int]:
 def run_search(cfg) -> planner.Search:
     """Measure and choose for `cfg` (its `memory.budget` set)."""
     batch = cfg.data.batch_size * cfg.loop.accumulate
-    first = Candidate("off", cfg.loop.accumulate, cfg.precision)
+    eval_default = eval_batch_size(cfg)
+    first = Candidate("off", cfg.loop.accumulate, cfg.precision,
+                      eval_batch=planner.eval_batch_of(eval_default, batch, cfg.loop.accumulate))
 
     def expand(info: Baseline) -> list[Candidate]:
         return planner.candidates(info.n_blocks, planner.names_modules(cfg), batch, cfg.loop.accumulate,
-                                  cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change)
+                                  cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change,
+                                  cfg.memory.budget_levers, eval_default)
 
     return planner.search(first, expand, cfg.memory.budget, cfg.memory.budget_margin,
                           lambda c, is_first: measure(cfg, c, is_first), cfg.memory.search_candidates)
 
 
+def with_offload_dir(cfg, run_dir: Path):
+    """`cfg` with CPU activation offload writing to the run folder (unless memory.offload_dir names one)."""
+    if cfg.memory.activation_offload == "off" or cfg.memory.offload_dir:
+        return cfg
+    d = cfg.to_dict()
+    d["memory"]["offload_dir"] = str(run_dir)
+    return type(cfg).model_validate(d)
+
+
 def for_run(cfg, run_dir: Path, resume, own_parts: list[str], world_size: int):
-    """(the config to train, with the chosen plan's checkpointing and precision; the Search or None).
-    A resume reads the choice its run folder recorded and measures nothing."""
+    """(the config to train, with the chosen plan's levers; the Search or None). A resume reads the
+    choice its run folder recorded and measures nothing."""
     if cfg.memory.budget is None:
-        return cfg, None
+        return with_offload_dir(cfg, run_dir), None
     if own_parts:
         raise EcotrainError(f"memory.budget: plans are measured in fresh processes built from the config, so "
                             f"fit({own_parts[0]}=...) cannot be part of them; set memory.activation_checkpointing "
@@ -194,4 +214,4 @@ def for_run(cfg, run_dir: Path, resume, own_parts: list[str], world_size: int):
     if s.chosen is None:
         raise ConfigError(planner.none_fits_line(s, batch))
     planner.log_choice(s, batch)
-    return planner.applied(cfg, s.chosen.candidate), s
+    return with_offload_dir(planner.applied(cfg, s.chosen.candidate), run_dir), s

@@ -4,6 +4,12 @@ of a candidate plan through `fit()` itself, printing the peak and step time as o
     python -m ecotrain.memory.worker FOLDER        (FOLDER/job.json: the job)
 
 A program on top of the trainer, so the planner itself (memplan_measure) never imports `fit`.
+
+With `eval_batches` in the job, the worker then evaluates that many batches of the validation split
+(the training split when there is none) at the plan's evaluation batch, as the run's evaluation
+does (`loop.evaluate`, no gradients), and reports the peak after it as `eval_peak_bytes`: on CUDA the
+allocator's peak since the training steps, on CPU the process's peak RSS, which includes training's
+(RSS peaks never go down), less the second copy of the data loaded for it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import torch
 
 from ecotrain.callbacks import Callback
 from ecotrain.config import Config
+from ecotrain.data import load_data
 from ecotrain.device import host_peak_rss, memory_peaks
 from ecotrain.errors import EcotrainError
+from ecotrain.loop import evaluate
 from ecotrain.memory.measure import _rss_now, estimates
 from ecotrain.memory.estimate import _optim_states
 from ecotrain.trainer import fit
@@ -64,7 +72,9 @@ def worker(folder: Path) -> None:
                    "micro_batches": state.plan.micro_batches,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
-            if job["estimate"] and peak > job["usable"]:  # after the peak is read: its forwards are not measured
+            if job.get("eval_batches"):  # after the training peak is read
+                out["eval_peak_bytes"] = eval_peak(state, job["eval_batches"])
+            if job["estimate"] and peak > job["usable"]:  # after the peaks are read: its forwards are not measured
                 out["activations"], out["n_blocks"] = estimates(Config.model_validate(job["estimate"]))
             print(json.dumps(out), flush=True)
             os._exit(0)  # the plan's training steps are what is measured; no final evaluation
@@ -72,6 +82,35 @@ def worker(folder: Path) -> None:
     fit(cfg, callbacks=[Meter()], run_dir=folder / "run", quiet=True)
     raise SystemExit(f"the run stopped before step {steps} (loop.max_epochs ended it: set loop.max_epochs=null "
                      "for the measurement)")
+
+
+class _Head:
+    """The first `n` samples of a source (Source protocol: len and take)."""
+
+    def __init__(self, source, n: int):
+        self.source, self.n = source, min(n, len(source))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, idx):
+        return self.source.take(idx)
+
+
+def eval_peak(state, batches: int) -> int:
+    """The peak once `batches` evaluation batches of `state.plan.eval_batch` samples have run."""
+    cuda = state.device.type == "cuda"
+    before = _rss_now()
+    bundle = load_data(state.config)  # the run's own copy is out of reach of a callback; this one is not counted
+    source = bundle.val if bundle.val is not None and len(bundle.val) else bundle.train
+    copy = max(0, _rss_now() - before)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(state.device)
+    evaluate(state.model, _Head(source, batches * state.plan.eval_batch), state.task, state.plan.eval_batch,
+             state.device, state.precision)
+    if cuda:
+        return int(torch.cuda.max_memory_allocated(state.device))
+    return int(max(0, host_peak_rss() - copy))
 
 
 if __name__ == "__main__":

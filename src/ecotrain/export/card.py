@@ -1,0 +1,251 @@
+"""The model card: README.md with the YAML front matter Hugging Face's `ModelCard` reads, written from
+a finished run (or seed group) alone. `ecotrain card RUN` writes it; `ecotrain export` writes it beside
+the exported file.
+
+The metadata carries the task and the test metrics (`model-index`; a seed group: the mean over its
+seeds, each seed and the 95% interval under `ecotrain`), and `co2_eq_emissions` from the ledger:
+grams CO2e (a group: every seed's, since all were trained to choose one), whether the energy was
+measured or estimated and how, the grid, the hardware. The body says how the weights were chosen
+(validation only) and what the data was. No torch, no huggingface_hub: plain YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from ecotrain.errors import ConfigError
+from ecotrain.export.shipped import Run, Shipped, locate
+from ecotrain.rundir import atomic_write, refuse_overwriting
+from ecotrain.stats import mean_ci
+
+MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain export` rewrites this file -->"
+FINE_TUNING = ("finetune", "adapters", "lwf", "ewc", "replay", "average")  # methods that start from trained weights
+_NOT_METRICS = ("test_split",)
+
+
+def task_name(run: Run) -> str:
+    """The task the run trained (config `task.name`; `auto` resolved as fit resolved it, from its figures)."""
+    name = (run.config.get("task") or {}).get("name", "auto")
+    if name != "auto":
+        return name
+    if (run.config.get("data") or {}).get("name") == "text" or "test_bits_per_char" in run.summary:
+        return "language_model"
+    return "classification" if "test_accuracy" in run.summary else "regression"
+
+
+def test_metrics(shipped: Shipped) -> dict[str, dict]:
+    """{metric: {"value": the shipped run's (a group: the seeds' mean), "seeds": {seed: value}, "ci95"}}."""
+    runs = shipped.group or [shipped.run]
+    keys = [k for k, v in shipped.run.summary.items() if k.startswith("test_") and k not in _NOT_METRICS
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    out = {}
+    for key in keys:
+        values = [r.summary.get(key) for r in runs]
+        if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+            continue
+        name = key.removeprefix("test_")
+        if len(runs) == 1:
+            out[name] = {"value": float(values[0])}
+            continue
+        ci = mean_ci(values)
+        out[name] = {"value": ci.mean, "ci95": [ci.low, ci.high],
+                     "seeds": {int(r.seed) if r.seed is not None else i: float(v)
+                               for i, (r, v) in enumerate(zip(runs, values))}}
+    return out
+
+
+def emissions(shipped: Shipped) -> tuple[Optional[dict], str]:
+    """(`co2_eq_emissions`, or None with the reason in words) from the ledgers of every run trained."""
+    runs = shipped.group or [shipped.run]
+    ledgers = [r.ledger for r in runs]
+    if any(L is None for L in ledgers):
+        return None, "not recorded: the run had ledger.enabled=false"
+    missing = [L["co2e"].get("missing_reason") or "no figure" for L in ledgers if L["co2e"].get("kg") is None]
+    if missing:
+        return None, f"not recorded: {missing[0]}"
+    grams = sum(L["co2e"]["kg"] for L in ledgers) * 1000.0
+    methods = {L["energy"].get("method") or "estimated" for L in ledgers}
+    method = "measured" if methods == {"measured"} else "estimated"
+    first = ledgers[0]
+    source = (f"{method}: the ecotrain ledger; energy by {first['energy'].get('source') or 'CodeCarbon'}, "
+              f"x {first['co2e'].get('g_per_kwh')} g/kWh ({first['co2e'].get('source') or 'grid intensity'})")
+    grids = sorted({str(L["co2e"].get("grid") or "unknown") for L in ledgers})
+    location = ", ".join("world average grid (ledger.country not set)" if g == "world" else g for g in grids)
+    methods_used = {m.get("name") for m in shipped.run.config.get("methods") or [] if isinstance(m, dict)}
+    return {"emissions": grams, "source": source,
+            "training_type": "fine-tuning" if methods_used & set(FINE_TUNING) else "pre-training",
+            "geographical_location": location, "hardware_used": hardware(shipped.run)}, method
+
+
+def hardware(run: Run) -> str:
+    """'1 x NVIDIA H100 80GB HBM3' or 'CPU: AMD EPYC, 2 torch threads', from environment.json and the ledger."""
+    hw = run.environment.get("hardware") or {}
+    gpus = [g.get("name") if isinstance(g, dict) else str(g) for g in hw.get("gpus") or []]
+    device = (run.ledger or {}).get("device") or {}
+    if gpus:
+        count = device.get("count") or len(gpus)
+        return f"{count} x {gpus[0]}"
+    threads = hw.get("torch_threads") or device.get("count")
+    model = hw.get("cpu_model") or "CPU"
+    return f"CPU: {model}" + (f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
+
+
+def front_matter(shipped: Shipped, metrics: dict, co2: Optional[dict]) -> dict:
+    run, cfg = shipped.run, shipped.run.config
+    task, data = task_name(run), cfg.get("data") or {}
+    n = len(shipped.group)
+    results = [{"type": k, "value": v["value"],
+                "name": f"test {k}" + (f" (mean of {n} seeds, 95% CI {v['ci95'][0]:.4g} to {v['ci95'][1]:.4g})"
+                                       if "ci95" in v else "")} for k, v in metrics.items()]
+    meta: dict = {"library_name": "pytorch", "tags": ["ecotrain", task, "torch.export"],
+                  "model-index": [{"name": run.summary["name"], "results": [{
+                      "task": {"type": task, "name": task},
+                      "dataset": {"type": str(data.get("name")), "name": _data_name(data), "split": "test"},
+                      "metrics": results}]}]}
+    if co2 is not None:
+        meta["co2_eq_emissions"] = co2
+    ours: dict = {"run": str(run.path), "selected_on": "validation",
+                  "test_metrics": metrics}
+    if shipped.group:
+        ours.update({"group": str(shipped.group_file), "seeds": [r.seed for r in shipped.group],
+                     "chosen_seed": run.seed})
+    meta["ecotrain"] = ours
+    return meta
+
+
+def _data_name(data: dict) -> str:
+    path = data.get("path")
+    return f"{data.get('name')} ({Path(path).name})" if path else f"{data.get('name')} (ecotrain built-in)"
+
+
+def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, exports: dict) -> str:
+    run, cfg, s = shipped.run, shipped.run.config, shipped.run.summary
+    data, model = cfg.get("data") or {}, cfg.get("model") or {}
+    lines = [MARK, "", f"# {s['name']}", "",
+             f"A {task_name(run).replace('_', ' ')} model (`{model.get('name')}`"
+             + (f", {json.dumps(model.get('kwargs'))}" if model.get("kwargs") else "")
+             + f") trained with ecotrain for {s['steps']} steps.", "",
+             "## How the model was chosen", "", _chosen(shipped), "",
+             "## Data", "", *_data_lines(data, s), "",
+             "## Test results", "", "| metric | value |" + (" 95% interval | seeds |" if shipped.group else ""),
+             "|---|---|" + ("---|---|" if shipped.group else "")]
+    for k, v in metrics.items():
+        row = f"| {k} | {v['value']:.4f} |"
+        if shipped.group:
+            row += f" {v['ci95'][0]:.4f} to {v['ci95'][1]:.4f} | " + ", ".join(
+                f"{seed}: {x:.4f}" for seed, x in v["seeds"].items()) + " |"
+        lines.append(row)
+    lines += ["", "## Training cost", ""]
+    if co2 is None:
+        lines.append(f"CO2e: {co2_note}.")
+    else:
+        lines += [f"- CO2e: {co2['emissions']:.4g} g ({co2['source']})",
+                  f"- grid: {co2['geographical_location']}; hardware: {co2['hardware_used']}",
+                  f"- training type: {co2['training_type']}"]
+        if shipped.group:
+            lines.append(f"- every one of the {len(shipped.group)} seeds is counted: all were trained to choose one")
+    ledger = run.ledger or {}
+    if ledger:
+        energy = (ledger.get("energy") or {}).get("kwh")
+        lines.append(f"- this run: {ledger.get('wall_seconds', 0):.1f} s wall, "
+                     + (f"{energy:.3g} kWh, " if energy is not None else "")
+                     + f"{((ledger.get('flops') or {}).get('total') or 0):.3g} FLOPs (`ecotrain ledger {run.path}`)")
+    lines += ["", *_export_lines(exports)]
+    return "\n".join(lines) + "\n"
+
+
+def _chosen(shipped: Shipped) -> str:
+    run, s = shipped.run, shipped.run.summary
+    es = run.config.get("early_stopping") or {}
+    restored = s.get("best_step") is not None and (es.get("restore_best", True) or not es.get("enabled"))
+    how = (f"The weights are those of the best validation `{s['monitor']}` ({s['best_val_metric']:.6g}, step "
+           f"{s['best_step']})" if restored and s.get("best_val_metric") is not None
+           else "The weights are the last evaluated ones (no best validation figure was kept)")
+    text = how + ". The test split was evaluated once, at the end, and played no part in any choice."
+    if shipped.group:
+        text += (f" Seeds {', '.join(str(r.seed) for r in shipped.group)} were trained with one recipe; the one "
+                 f"shipped is {shipped.chosen_because}. The test figures are every seed's, with their mean and "
+                 "95% t-interval.")
+    return text
+
+
+def _data_lines(data: dict, s: dict) -> list[str]:
+    out = [f"- source: `{data.get('name')}`" + (f", file `{data['path']}`" if data.get("path") else "")
+           + (f", options {json.dumps(data['kwargs'])}" if data.get("kwargs") else "")
+           + (f", {data['num_samples']} samples" if data.get("num_samples") else "")]
+    out.append(f"- splits: validation {data.get('val_split')}, test {data.get('test_split')} of the data "
+               "(fixed by the run's seed)")
+    out.append(f"- content hash of every split: `{s.get('dataset_hash')}`")
+    if (s.get("inputs") or {}).get("columns"):
+        out.append(f"- input columns, by name: {', '.join(s['inputs']['columns'])}")
+    return out
+
+
+def _export_lines(exports: dict) -> list[str]:
+    if not exports:
+        return ["## Use", "", "`ecotrain export RUN --format pt2|onnx` writes a program that loads without the "
+                "model's class; `ecotrain predict MODEL.pt2 --data FILE.npz --out preds.csv` runs it."]
+    lines = ["## Exported files", "", "| file | format | max abs difference vs eager (test split) |", "|---|---|---|"]
+    for name, r in sorted(exports.items()):
+        lines.append(f"| `{name}` | {r.get('format')} | {r.get('max_abs_diff', float('nan')):.3g} |")
+    lines += ["", "```python", "import torch", "", f"model = torch.export.load(\"{_first(exports, 'pt2')}\").module()"
+              "  # no model class needed", "logits = model(x)", "```", "",
+              "or `ecotrain predict MODEL.pt2 --data FILE.npz --out preds.csv`."]
+    return lines
+
+
+def _first(exports: dict, fmt: str) -> str:
+    return next((n for n, r in sorted(exports.items()) if r.get("format") == fmt), "model.pt2")
+
+
+def card_text(shipped: Shipped, exports: Optional[dict] = None) -> str:
+    metrics = test_metrics(shipped)
+    co2, note = emissions(shipped)
+    meta = front_matter(shipped, metrics, co2)
+    head = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+    return f"---\n{head}---\n\n{body(shipped, metrics, co2, note, exports or {})}"
+
+
+def read_exports(folder: Path) -> dict:
+    """The export records of a folder's export.json ({file name: record}), or {}."""
+    try:
+        data = json.loads((folder / "export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) else None
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+
+
+def ours(path: Path) -> bool:
+    """Whether README.md at `path` is absent or one this module wrote (a user's own is never replaced)."""
+    try:
+        return not path.exists() or MARK in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def write_card(shipped: Shipped, out: Path) -> Path:
+    out = Path(out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: give a file path in a folder that exists")
+    refuse_overwriting(out, "--out")
+    if not ours(out):
+        raise ConfigError(f"--out {out}: exists and was not written by ecotrain; choose another --out "
+                          "(a README.md of your own is never replaced)")
+    atomic_write(out, card_text(shipped, read_exports(out.parent)).encode())
+    return out
+
+
+def cmd_card(args, ctx) -> int:
+    shipped = locate(args.run)
+    path = write_card(shipped, Path(args.out) if args.out else shipped.run.path / "README.md")
+    ctx.committed()
+    co2, note = emissions(shipped)
+    said = f"{co2['emissions']:.4g} gCO2e ({note})" if co2 else f"CO2e {note}"
+    print(f"model card: {path} ({said})")
+    return 0

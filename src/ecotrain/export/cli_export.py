@@ -1,0 +1,132 @@
+"""`ecotrain export RUN --format pt2|onnx [--out PATH]`: the run's weights (a seed group: the seed chosen
+on validation) traced, checked on the test split against the eager model, then written with
+export.json (the check's figures, one record per exported file) and the model card beside it.
+
+Order: every check and the whole export happen in memory first; the files are written (atomically)
+only after the parity check passed, so a refused export leaves nothing behind.
+
+BatchNorm per-domain statistics (`methods: [{name: batchnorm, policy: domain}]`): one export per
+domain. The program holds one set of statistics as constants, the run's own domain's by default (what
+model.safetensors holds), `--domain KEY` another's (model-KEY.pt2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ecotrain.errors import ConfigError
+from ecotrain.export import onnxfile
+from ecotrain.export.card import ours, write_card
+from ecotrain.export.parity import check, enforce
+from ecotrain.export.program import (SEQUENCE_TASKS, example_inputs, input_spec, load_pt2, pt2_bytes,
+                                     trace)
+from ecotrain.export.shipped import locate
+from ecotrain.inference import load_trained
+from ecotrain.jsonfile import read_json
+from ecotrain.methods.bn_domain import serving, use_domain
+from ecotrain.rundir import atomic_write, refuse_overwriting, write_json
+from ecotrain.task import build_task
+from ecotrain.version import __version__
+
+EXPORT_JSON = "export.json"
+
+
+def output_path(out, fmt: str, run: Path, domain) -> Path:
+    """--out, or RUN/model[-DOMAIN].FORMAT; checked before any work."""
+    path = Path(out) if out else run / f"model{'-' + domain if domain else ''}.{fmt}"
+    if path.suffix.lower() != f".{fmt}":
+        raise ConfigError(f"--out {path}: a --format {fmt} file ends in .{fmt}")
+    if path.is_dir() or not path.parent.is_dir():
+        raise ConfigError(f"--out {path}: give a file path in a folder that exists")
+    refuse_overwriting(path, "--out")
+    record = path.parent / EXPORT_JSON
+    if record.exists():  # ours to update, never someone else's file of that name
+        read_json(record, "export record", {"files": dict}, fix="move it, or choose another --out folder")
+    return path
+
+
+def statistics(trained, domain) -> str:
+    """Whose BatchNorm statistics the program holds (see the module docstring)."""
+    stats, _ = serving(trained, domain, [], "test", 0)  # --domain on a model without domains: one line
+    if stats is None:
+        return "as trained"
+    if domain is None:
+        return "the run's own domain (as model.safetensors)"
+    return use_domain(trained.model, stats, domain)
+
+
+def cmd_export(args, ctx) -> int:
+    fmt, tolerance = args.format, args.tolerance
+    if not tolerance >= 0:
+        raise ConfigError(f"--tolerance {tolerance}: a relative difference of 0 or more, e.g. 1e-4")
+    if fmt == "onnx":
+        onnxfile.require()
+    shipped = locate(args.run)
+    run = shipped.run.path
+    out = output_path(args.out, fmt, run, args.domain)
+    trained = load_trained(run, device="cpu")  # the file is portable: traced on the CPU, in fp32
+    bn = statistics(trained, args.domain)
+    bundle = trained.bundle
+    task = build_task(trained.config, bundle.sample, lm=trained.is_lm)
+    split = "test" if bundle.test is not None else "val"
+    source = bundle.test if bundle.test is not None else bundle.val
+    if source is None:
+        raise ConfigError(f"export {run}: the run has no test or validation split to check the export on")
+    inputs, kwargs = example_inputs(task, source)
+    ep = trace(trained.model, inputs, kwargs, task.name in SEQUENCE_TASKS)
+    meta = {"ecotrain": __version__, "run": str(run), "task": task.name, "num_classes": bundle.num_classes,
+            "inputs": input_spec(ep), "columns": trained.columns, "target": trained.config.data.target,
+            "bn_statistics": bn}
+    data = pt2_bytes(ep, meta)
+    runners = {"program": load_pt2(data)[0].module()}  # the file's own bytes, read back as a user would
+    if fmt == "onnx":
+        data = onnxfile.onnx_bytes(ep, inputs, kwargs, meta)
+        if onnxfile.has_runtime():
+            runners["onnxruntime"] = onnxfile.Session(data)
+    figures = check(trained.model, runners, task, source, trained.config.data.batch_size * 4)
+    record = {"format": fmt, "file": out.name, "run": str(run), "weights": trained.weights, "split": split,
+              "samples": len(source), "tolerance": tolerance, "inputs": meta["inputs"], "bn_statistics": bn,
+              "torch": torch.__version__, **figures}
+    if shipped.group:
+        record.update({"group": str(shipped.group_file), "chosen": shipped.chosen_because})
+    if fmt == "onnx" and "onnxruntime" not in runners:
+        record["onnxruntime"] = "not installed: only the traced program was checked"
+    enforce(record, tolerance, f"the {fmt} export")
+    atomic_write(out, data)
+    _record(out, record)
+    card = out.parent / "README.md"
+    wrote = [str(out.parent / EXPORT_JSON)]
+    if not args.no_card and ours(card):
+        wrote.append(str(write_card(shipped, card)))
+    ctx.committed()
+    print(f"exported: {out} ({fmt}; {_spec_line(meta['inputs'])})")
+    print(_parity_line(record, split))
+    print(f"wrote {' and '.join(wrote)}" + ("" if args.no_card or ours(card) else
+                                           f" ({card} is not ecotrain's: no card written; `ecotrain card`)"))
+    return 0
+
+
+def _record(out: Path, record: dict) -> None:
+    path = out.parent / EXPORT_JSON
+    files = read_json(path, "export record", {"files": dict})["files"] if path.exists() else {}
+    write_json(path, {"schema": 1, "files": {**files, out.name: record}})
+
+
+def _spec_line(spec: list[dict]) -> str:
+    def dim(i, d):
+        if isinstance(d, int):
+            return str(d)
+        return "batch" if i == 0 else f"{d['min']}..{d['max'] if d['max'] is not None else ''}"
+    return ", ".join(f"{s['name']} [{', '.join(dim(i, d) for i, d in enumerate(s['shape']))}] {s['dtype']}"
+                     for s in spec)
+
+
+def _parity_line(record: dict, split: str) -> str:
+    runners = [n for n in ("program", "onnxruntime") if isinstance(record.get(n), dict)]
+    diffs = ", ".join(f"{record[n]['max_abs_diff']:.3g} ({n})" for n in runners)
+    key = "test_accuracy" if "test_accuracy" in record["eager"] else "test_loss"
+    said = ", ".join(f"{record[n][key]:.4f} {n}" for n in runners)
+    return (f"parity on the {split} split ({record['samples']} samples): max abs diff {diffs}; "
+            f"{key.replace('test', split)} {record['eager'][key]:.4f} eager, {said}")

@@ -1,0 +1,157 @@
+"""Tracing a trained model with `torch.export.export` and saving it as `.pt2` (`torch.export.save`).
+
+The input spec is the run's own: one batch of its test split gives the example inputs (what the task
+passes the model), the first dimension of every input is dynamic (`batch`), and for the language-model
+and sequence tasks the second one too (`Dim.AUTO`: torch.export reads its range off the model, e.g. up
+to CharLM's `max_len`). What the file needs to be used without ecotrain's config travels inside it as
+`ecotrain.json` (the task, the classes, the input spec, a CSV run's column names).
+
+A model that cannot be traced (a Python branch on a tensor's value, a size the model fixes) is one
+line naming the line of code and what torch.export asks for instead; nothing is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import re
+import traceback
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.export import Dim, ExportedProgram
+
+from ecotrain.batch import tree_map
+from ecotrain.data.sources import iter_batches
+from ecotrain.errors import ConfigError
+
+SEQUENCE_TASKS = ("language_model", "sequence")  # inputs [batch, T]: T is dynamic too
+META_FILE = "ecotrain.json"  # the extra file inside a .pt2 (and the metadata key of an .onnx)
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+
+def example_inputs(task, source) -> tuple[tuple, dict]:
+    """(args, kwargs) the task passes the model, from the first rows of `source` (at least two: an
+    example batch of one would make torch.export specialise the batch dimension to 1)."""
+    batch = next(iter(iter_batches(source, 4)), None)
+    if batch is None:
+        raise ConfigError("export: the split to trace with is empty")
+    first = next(iter(_leaves(batch)), None)
+    if first is not None and first.ndim and first.shape[0] == 1:
+        batch = tree_map(lambda t: torch.cat([t, t]) if t.ndim else t, batch)
+    if getattr(task, "xy", False) and type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor:
+        return (batch[0],), {}
+    inputs = getattr(task, "inputs", None)
+    args, kwargs = inputs(batch) if inputs is not None else ((), None)
+    if kwargs is None or not (args or kwargs):
+        raise ConfigError(f"export: the task '{task.name}' passes the model {type(batch).__name__} batches that are "
+                          "not tensors by position or by name (nested inputs, or a model that computes its own "
+                          "loss); export the model from Python with torch.export.export")
+    return tuple(args), dict(kwargs)
+
+
+def _leaves(tree) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    tree_map(out.append, tree)
+    return out
+
+
+def dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict, sequence: bool):
+    """Every input's first dimension is the one `batch`; a sequence task's second is left to torch.export."""
+    batch = Dim("batch")
+
+    def spec(t):
+        if not isinstance(t, torch.Tensor) or t.ndim == 0:
+            return None
+        return {0: batch, **({1: Dim.AUTO} if sequence and t.ndim > 1 else {})}
+
+    if not kwargs:
+        return tuple(spec(a) for a in args)
+    names = [p for p in inspect.signature(model.forward).parameters]
+    return {**{n: spec(a) for n, a in zip(names, args)}, **{k: spec(v) for k, v in kwargs.items()}}
+
+
+def trace(model: nn.Module, args: tuple, kwargs: dict, sequence: bool) -> ExportedProgram:
+    """`torch.export.export` of `model` (in eval mode, on the CPU) with the run's input spec."""
+    model.eval()
+    try:
+        return torch.export.export(model, args, kwargs or None,
+                                   dynamic_shapes=dynamic_shapes(model, args, kwargs, sequence))
+    except Exception as exc:  # torch.export's errors span pages: one line naming the spot instead
+        raise cannot_export(exc, model) from None
+
+
+def cannot_export(exc: BaseException, model: nn.Module) -> ConfigError:
+    """The one line for a model torch.export cannot trace: where, what, and what to do instead."""
+    text = str(exc)
+    name = f"{type(model).__name__}.forward"
+    at = _user_line(exc)
+    if "data-dependent" in text or type(exc).__name__ == "GuardOnDataDependentSymNode":
+        expr = re.search(r"data-dependent expression (.+?)(?: \(unhinted|\.\s|$)", text)
+        what = ("data-dependent control flow, a Python branch or size read from a tensor's values"
+                + (f" ({expr.group(1).strip()})" if expr else ""))
+        advice = ("torch.export guidance: write the branch as torch.cond(pred, true_fn, false_fn), or bound the "
+                  "value with torch._check(...); torch.export.draft_export(model, args) lists every such spot")
+    elif "Constraints violated" in text:
+        dims = re.search(r"Constraints violated \(([^)]*)\)", text)
+        fix = re.search(r"Suggested fixes:\s*(.+)", text, re.S)
+        what = f"the model fixes the size of the dynamic dimension {dims.group(1) if dims else ''}".rstrip()
+        advice = ("torch.export guidance: let the size follow the input (x.shape[0], view(-1, ...))"
+                  + (f"; it suggests {' '.join(fix.group(1).split())[:160]}" if fix else ""))
+    else:
+        what = " ".join(f"{type(exc).__name__}: {text}".split())[:240]
+        advice = "torch.export guidance: torch.export.draft_export(model, args) reports every problem at once"
+    return ConfigError(f"export: {name} cannot be exported: {what}{at}; {advice}; nothing was written")
+
+
+def _user_line(exc: BaseException) -> str:
+    """' at file.py:12 (`code`)': the innermost frame of the traceback outside torch (the model's own line)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_TORCH_DIR) and not f.filename.startswith("<")
+              and Path(f.filename).parent != Path(__file__).parent]
+    if not frames:
+        return ""
+    f = frames[-1]
+    code = f" (`{f.line.strip()}`)" if f.line else ""
+    return f" at {Path(f.filename).name}:{f.lineno}{code}"
+
+
+def input_spec(ep: ExportedProgram) -> list[dict]:
+    """Each user input: name, dtype, and its dimensions (a size, or {"min", "max"} when dynamic)."""
+    names = set(ep.graph_signature.user_inputs)
+    out = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in names:
+            continue
+        val = node.meta.get("val")
+        dims = []
+        for size in getattr(val, "shape", ()):
+            if isinstance(size, torch.SymInt):
+                r = ep.range_constraints.get(size.node.expr)
+                lo, hi = (int(r.lower), r.upper) if r is not None else (0, None)
+                dims.append({"min": lo, "max": int(hi) if hi is not None and hi.is_finite else None})
+            else:
+                dims.append(int(size))
+        out.append({"name": node.name, "dtype": str(getattr(val, "dtype", "")).removeprefix("torch."),
+                    "shape": dims})
+    return out
+
+
+def pt2_bytes(ep: ExportedProgram, meta: dict) -> bytes:
+    """The .pt2 archive, with `meta` inside it as ecotrain.json."""
+    buf = io.BytesIO()
+    torch.export.save(ep, buf, extra_files={META_FILE: json.dumps(meta, sort_keys=True)})
+    return buf.getvalue()
+
+
+def load_pt2(source: bytes | str | Path) -> tuple[ExportedProgram, dict]:
+    """(program, ecotrain.json) of a .pt2 archive, read back as any user of the file would."""
+    extra = {META_FILE: ""}
+    ep = torch.export.load(io.BytesIO(source) if isinstance(source, bytes) else source, extra_files=extra)
+    try:
+        meta = json.loads(extra[META_FILE]) if extra[META_FILE] else {}
+    except ValueError:
+        meta = {}
+    return ep, meta if isinstance(meta, dict) else {}
