@@ -1,24 +1,32 @@
-"""`memory.budget` measured: the char transformer of recipes/charlm_long.yaml at T=2048, budgets at 30%,
-50% and 75% of its no-checkpointing peak.
+"""`memory.budget` measured: the char transformer of recipes/charlm_long.yaml, budgets at 30%, 50% and
+75% of its no-checkpointing peak, with every lever: whole-block checkpointing, selective recompute
+(matmul outputs kept), activation offload (CPU: a file in the run folder), micro-batches.
 
 fp32 (the loss comparison is in fp32), `memory.release_freed` on (as the recipe), the ledger off (its
 FLOP-counting first step defeats checkpointing; docs/memory.md), a fixed thread count. Steps:
 1. the no-checkpointing plan's peak and step time, in a fresh process (memory.measure.measure);
 2. the search at each budget (memory.measure.run_search, as `fit` and `ecotrain plan --budget` run it);
-3. the 50% budget's chosen plan trained by `fit` for `--loss-steps` steps (its checkpointing and
-   precision in the config, its micro-batch count in the counters, as memory.budget sets them),
-   beside the unconstrained `fit` (no checkpointing, one micro-batch); the per-step losses are
-   compared for exact equality.
-`within_budget`: the chosen plan's measured peak / budget, per budget (30/50/75). `time_ratio_at_50`:
-the chosen plan's step time / the no-checkpointing step time, both measured in that search (side by
-side; `cpu_time_ratio_at_50` the same in CPU seconds, steadier on a shared machine). `search_seconds`:
-the 50% search's wall time (`search_share`: over the demo run's); the demo run is
-the recipe's `loop.max_steps` steps at the chosen plan's measured step time.
+   every measured plan also evaluates 2 batches at its evaluation batch, and that peak counts;
+3. selective recompute of every block against whole-block checkpointing of the block count whose
+   estimated activations are closest (memory/estimate.py), both measured in fresh processes;
+4. one training step of the recipe's model with activation offload and one without, in this process:
+   the gradients compared with `torch.equal`;
+5. the 50% budget's chosen plan trained by `fit` for `--loss-steps` steps beside the unconstrained
+   `fit`; the per-step losses compared for exact equality.
+`within_budget`: the chosen plan's measured peak (evaluation's included) / budget, at 30/50/75%.
+`time_ratio_at_50`: the chosen plan's wall time per step / the no-budget plan's, both measured in
+that search (`cpu_time_ratio_at_50` the same in CPU seconds, steadier on a shared machine).
+`sac_vs_block_time`: step 3's CPU-seconds ratio, selective over whole-block (both peaks printed).
+`offload_grad_identical`: step 4. `eval_in_budget`: at every budget, the chosen plan's peak after
+evaluation <= the budget. `search_seconds`: the 50% search's wall time (`search_share`: over the demo
+run's, the recipe's `loop.max_steps` steps at the chosen plan's measured step time).
 
-    python bench/memory_budget.py [--layers 6] [--d-model 256] [--batch 8] [--loss-steps 50] [--threads 2]
+    python bench/memory_budget.py [--layers 6] [--d-model 256] [--batch 8] [--seq-len 2048]
+                                  [--loss-steps 10] [--threads 2] [--budgets 0.3,0.5,0.75] [--no-sac]
 `--losses-of PLAN` only compares one plan's losses with the unconstrained run's (`RESULT loss_identical=`).
 Ends with `RESULT within_budget=<30>/<50>/<75> time_ratio_at_50=<f> cpu_time_ratio_at_50=<f>
-search_seconds=<f> search_share=<f> loss_identical=<true|false>`.
+offload_grad_identical=<bool> sac_vs_block_time=<f> eval_in_budget=<bool> search_seconds=<f>
+search_share=<f> loss_identical=<bool>`.
 """
 
 from __future__ import annotations
@@ -28,11 +36,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 import yaml
 
 from ecotrain import Callback, Config, fit
+from ecotrain.data import load_data
+from ecotrain.memory.levers import configure_memory
+from ecotrain.memory.measure import estimates, measure, run_search
 from ecotrain.memory.planner import Candidate, applied, fmt_bytes, format_search
-from ecotrain.memory.measure import measure, run_search
+from ecotrain.models import build_model
+from ecotrain.task import build_task
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "charlm_long.yaml"
 
@@ -48,8 +61,10 @@ class Losses(Callback):
 def config(args, steps: int, budget=None) -> Config:
     d = yaml.safe_load(RECIPE.read_text())
     d.update(precision="fp32", threads=args.threads)
-    d["data"].update(batch_size=args.batch, val_split=0, test_split=0)
-    d["data"]["kwargs"].update(seq_len=2048, max_bytes=2049 * args.batch * (max(steps, args.loss_steps) + 2))
+    # a small validation split: every measured plan evaluates 2 batches of it
+    d["data"].update(batch_size=args.batch, val_split=0.2, test_split=0)
+    samples = args.batch * (max(steps, args.loss_steps) + 2)
+    d["data"]["kwargs"].update(seq_len=args.seq_len, max_bytes=(args.seq_len + 1) * int(samples / 0.8 + 2 * args.batch))
     d["model"]["kwargs"].update(d_model=args.d_model, n_layers=args.layers)
     d["memory"].update(activation_checkpointing="off", budget=budget)
     d["loop"].update(max_steps=steps, eval_every=None, log_every=1000)
@@ -72,18 +87,54 @@ def losses_of(cfg: Config, micro_batches: int = 1) -> list:
     return rec.losses
 
 
+def offload_grads_identical(args) -> bool:
+    """One step of the recipe's model on one real batch, offloaded (CPU: to a file) and not: torch.equal."""
+    cfg = config(args, 1)
+    bundle = load_data(cfg)
+    batch = bundle.train.take(torch.arange(min(2, args.batch)))
+    grads = []
+    with tempfile.TemporaryDirectory() as folder:
+        for offload in ("off", "on"):
+            mem = cfg.memory.model_copy(update={"activation_offload": offload, "offload_dir": folder})
+            torch.manual_seed(cfg.seed)
+            model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
+            configure_memory(model, mem)
+            task = build_task(cfg, bundle.sample, lm=True, num_classes=None)
+            task.loss(task.forward(model, batch), batch).backward()
+            grads.append([p.grad for p in model.parameters()])
+    return all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def sac_vs_block(args) -> tuple[float, str]:
+    """CPU-seconds ratio of selective recompute of every block over the whole-block plan whose estimated
+    peak is closest, each measured in a fresh process; and a line that says both."""
+    cfg = config(args, 3, budget="1000GiB")
+    est, n_blocks = estimates(cfg)
+    sel = Candidate("all", 1, "fp32", n_blocks, "matmuls")
+    levels = [(k, Candidate(f"every_n:{k}" if k > 1 else "all", 1, "fp32", -(-n_blocks // k)))
+              for k in range(1, n_blocks + 1)]
+    _, block = min(levels, key=lambda kc: abs(est[kc[1].key] - est[sel.key]))
+    a, b = measure(cfg, sel, False), measure(cfg, block, False)
+    line = (f"{sel.describe(args.batch)}: peak {fmt_bytes(a.peak_bytes)}, {a.cpu_seconds:.2f} CPU-s "
+            f"({a.step_seconds:.2f} s)/step; {block.describe(args.batch)}: peak {fmt_bytes(b.peak_bytes)}, "
+            f"{b.cpu_seconds:.2f} CPU-s ({b.step_seconds:.2f} s)/step (estimated activations "
+            f"{fmt_bytes(est[sel.key])} vs {fmt_bytes(est[block.key])})")
+    return a.cpu_seconds / b.cpu_seconds, line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--loss-steps", type=int, default=50)
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--loss-steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--budgets", default="0.3,0.5,0.75", help="fractions of the no-checkpointing peak")
+    ap.add_argument("--no-sac", action="store_true", help="skip the selective vs whole-block comparison")
     ap.add_argument("--losses-of", metavar="PLAN", help="only compare the losses of this plan (e.g. all/1/fp32: "
                     "checkpointing/micro-batches/precision) with the unconstrained run's; no search")
     args = ap.parse_args()
-    import torch
-
     torch.set_num_threads(args.threads)
     if args.losses_of:
         level, n, precision = args.losses_of.split("/")
@@ -96,37 +147,48 @@ def main() -> None:
         print(f"RESULT loss_identical={str(mine == plain).lower()}")
         return
     recipe_steps = yaml.safe_load(RECIPE.read_text())["loop"]["max_steps"]
+    grads_equal = offload_grads_identical(args)
+    print(f"offloaded step's gradients torch.equal to the plain step's: {grads_equal}", file=sys.stderr, flush=True)
     full = measure(config(args, 3, budget="1000GiB"), Candidate("off", 1, "fp32"), False)
     print(f"no checkpointing: peak {fmt_bytes(full.peak_bytes)}, {full.step_seconds:.2f} s/step "
           f"({full.cpu_seconds:.2f} CPU-s), measured in {full.seconds:.1f} s", file=sys.stderr, flush=True)
+    fracs = [float(f) for f in args.budgets.split(",")]
     searches = {}
-    for frac in (0.5, 0.3, 0.75):
+    for frac in sorted(fracs, key=lambda f: f != 0.5):  # 50% first: the figures that need it come early
         s = run_search(config(args, 3, budget=int(frac * full.peak_bytes)))
         print(f"--- budget {frac:.0%} of the no-checkpointing peak\n{format_search(s, args.batch)}", file=sys.stderr,
               flush=True)
         searches[frac] = s
-    within = {f: s.chosen.peak_bytes / s.budget if s.chosen else float("nan") for f, s in searches.items()}
-    s50 = searches[0.5]
-    if s50.chosen is None:
+    within = {f: s.chosen.top / s.budget if s.chosen else float("nan") for f, s in searches.items()}
+    eval_ok = all(s.chosen is not None and s.chosen.eval_peak_bytes is not None
+                  and s.chosen.eval_peak_bytes <= s.budget for s in searches.values())
+    s50 = searches.get(0.5)
+    if s50 is None or s50.chosen is None:
         sys.exit("no plan fits the 50% budget on this model (the process itself outweighs its activations); "
                  "use a larger model")
-    base = s50.measured[0]  # the no-checkpointing plan, measured first in the same search
+    base = s50.measured[0]  # the no-budget plan (no checkpointing, one micro-batch), measured first in the same search
     time_ratio = s50.chosen.step_seconds / base.step_seconds
     cpu_ratio = s50.chosen.cpu_seconds / base.cpu_seconds
     demo = recipe_steps * s50.chosen.step_seconds
     share = s50.seconds / demo
     print(f"chosen at 50%: {s50.chosen.candidate.describe(args.batch)}; step time {time_ratio:.2f}x the "
-          f"no-checkpointing plan's ({cpu_ratio:.2f}x in CPU-s); search {s50.seconds:.1f} s = {share:.2%} of the demo "
+          f"no-budget plan's ({cpu_ratio:.2f}x in CPU-s); search {s50.seconds:.1f} s = {share:.2%} of the demo "
           f"run ({recipe_steps} steps x {s50.chosen.step_seconds:.2f} s = {demo / 60:.0f} min)", file=sys.stderr,
           flush=True)
+    sac = float("nan")
+    if not args.no_sac:
+        sac, line = sac_vs_block(args)
+        print(f"selective vs whole-block: {line}: {sac:.3f}x", file=sys.stderr, flush=True)
     chosen = s50.chosen.candidate
     chosen_losses = losses_of(applied(config(args, args.loss_steps), chosen), chosen.micro_batches)
     plain_losses = losses_of(config(args, args.loss_steps))
     identical = chosen_losses == plain_losses
     worst = max(abs(a - b) for a, b in zip(chosen_losses, plain_losses))
     print(f"losses over {len(plain_losses)} steps: identical={identical} (max |diff| {worst:.3g})", file=sys.stderr)
-    print(f"RESULT within_budget={within[0.3]:.3f}/{within[0.5]:.3f}/{within[0.75]:.3f} time_ratio_at_50={time_ratio:.3f} "
-          f"cpu_time_ratio_at_50={cpu_ratio:.3f} search_seconds={s50.seconds:.1f} search_share={share:.4f} "
+    fig = "/".join(f"{within[f]:.3f}" for f in sorted(within))
+    print(f"RESULT within_budget={fig} time_ratio_at_50={time_ratio:.3f} cpu_time_ratio_at_50={cpu_ratio:.3f} "
+          f"offload_grad_identical={str(grads_equal).lower()} sac_vs_block_time={sac:.3f} "
+          f"eval_in_budget={str(eval_ok).lower()} search_seconds={s50.seconds:.1f} search_share={share:.4f} "
           f"loss_identical={str(identical).lower()}")
 
 

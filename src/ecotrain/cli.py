@@ -100,8 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                     "has no test split")
     ev.add_argument("--out", help="metrics JSON path (default RUN/eval-<label>.json)")
     pr = sub.add_parser("predict", help="write a trained model's predictions with class probabilities (CSV)")
-    pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; with --registry, a "
-                    "version (`current`)")
+    pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; an exported .pt2 or "
+                    ".onnx file (`ecotrain export`); with --registry, a version (`current`)")
     pr.add_argument("--data", nargs="+", required=True, metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
                     "optional) and/or overrides of the run's data section")
     pr.add_argument("--out", required=True, help="predictions CSV, e.g. preds.csv")
@@ -115,6 +115,23 @@ def _parser() -> argparse.ArgumentParser:
         p_.add_argument("--domain", help="a model trained with batchnorm policy domain: that domain's BatchNorm "
                         "statistics for every sample (unknown: the pre-trained ones; default: the .npz's `domain` "
                         "column, else the run's own domain)")
+    ex = sub.add_parser("export", help="trace a run's weights with torch.export (.pt2) or to ONNX, check it against "
+                        "the eager model on the test split (export.json) and write the model card (docs/export.md)")
+    ex.add_argument("run", metavar="RUN", help="a run folder, or a seed group's RUN-group.json (the seed with the best "
+                    "validation figure ships)")
+    ex.add_argument("--format", choices=["pt2", "onnx"], default="pt2", help="pt2: torch.export.save (default); "
+                    "onnx: torch.onnx.export(dynamo=True), needs the onnx extra")
+    ex.add_argument("--out", help="the exported file (default RUN/model.pt2 or RUN/model.onnx); export.json and "
+                    "README.md go beside it")
+    ex.add_argument("--tolerance", type=float, default=1e-4, help="largest output difference vs eager, relative to "
+                    "the largest eager output (at least 1); above it: exit 1, nothing written (default 1e-4)")
+    ex.add_argument("--domain", help="a model trained with batchnorm policy domain: that domain's statistics in the "
+                    "program (one export per domain; default the run's own)")
+    ex.add_argument("--no-card", action="store_true", help="do not write README.md beside the export")
+    cd = sub.add_parser("card", help="write a Hugging Face model card (README.md): test metrics, how the model was "
+                        "chosen, the data, co2_eq_emissions from the ledger")
+    cd.add_argument("run", metavar="RUN", help="a run folder, or a seed group's RUN-group.json")
+    cd.add_argument("--out", help="the card (default RUN/README.md; a README.md not written by ecotrain is refused)")
     bn = sub.add_parser("bn-report", help="print a run's BatchNorm report (methods: [{name: batchnorm}])")
     bn.add_argument("run_dir")
     rp = sub.add_parser("report", help="write report.html: learning curves, a fit diagnosis, cost, environment; "
@@ -156,6 +173,8 @@ COMMANDS: dict[str, str] = {
     "eval": "ecotrain.cli_models:cmd_eval",
     "predict": "ecotrain.cli_models:cmd_predict",
     "bn-report": "ecotrain.cli_models:cmd_bn_report",
+    "export": "ecotrain.export.cli_export:cmd_export",
+    "card": "ecotrain.export.card:cmd_card",  # reads finished runs: no torch
     "report": "ecotrain.cli_records:cmd_report",
     "lr-find": "ecotrain.lrfind:cmd_lr_find",
 }

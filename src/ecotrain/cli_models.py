@@ -13,6 +13,7 @@ from ecotrain.continual import serve
 from ecotrain.device import resolve_device
 from ecotrain.entry import resume_run
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
+from ecotrain.export.predict import cmd_predict_exported, is_exported
 from ecotrain.inference import evaluate, predict
 from ecotrain.memory.estimate import format_plan, make_plan, measured_report
 from ecotrain.memory.measure import measure_config, run_search
@@ -94,6 +95,8 @@ def _registry_served(args) -> bool:
 
 
 def cmd_predict(args, ctx) -> int:
+    if is_exported(args.target):  # a .pt2/.onnx from `ecotrain export`: no run folder, no model class
+        return cmd_predict_exported(args, ctx)
     if _registry_served(args):
         rows, path, counts = serve.predict(args.registry, args.target, args.data[0], args.out, args.cohort)
         ctx.committed()

@@ -140,3 +140,11 @@ def _npy(values):
     buf = io.BytesIO()
     np.save(buf, np.asarray(values, np.float32))
     return buf.getvalue()
+
+
+def test_a_shard_cut_in_a_members_padding_is_truncated_at_its_last_byte(tars):
+    _truncate(tars[4], 512 * 9 + 300)  # sample 2's .npy payload is whole, its padding and .cls are not
+    with pytest.raises(DataError, match=r"train-000004.tar: truncated at byte 4908"):
+        load_shards(str(tars[0].parent), cfg("x"))
+    src = load_shards(str(tars[0].parent), cfg("x", on_bad_shard="skip"))
+    assert len(src) == 52 and src.damage.samples == 1  # sample 2 lost its .cls member

@@ -88,8 +88,9 @@ def _scan(path: Path, on_bad: str, damage: Damage) -> list[tuple[str, dict[str, 
                         block = f.read(512)
                     if block.strip(b"\0"):
                         bad = f"corrupt tar header at byte {end}" if len(block) == 512 else f"truncated at byte {end}"
-    except tarfile.TarError as exc:  # not a tar at all, or a broken first header
-        bad = f"not a readable tar shard ({' '.join(str(exc).split())[:160]})"
+    except tarfile.TarError as exc:  # not a tar at all or a broken first header; after members: cut short
+        what = ' '.join(str(exc).split())[:160]
+        bad = f"truncated at byte {size} ({what})" if samples else f"not a readable tar shard ({what})"
     if bad is None:
         return samples
     if on_bad == "fail":

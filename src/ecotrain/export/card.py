@@ -72,8 +72,8 @@ def emissions(shipped: Shipped) -> tuple[Optional[dict], str]:
     methods = {L["energy"].get("method") or "estimated" for L in ledgers}
     method = "measured" if methods == {"measured"} else "estimated"
     first = ledgers[0]
-    source = (f"{method}: the ecotrain ledger; energy by {first['energy'].get('source') or 'CodeCarbon'}, "
-              f"x {first['co2e'].get('g_per_kwh')} g/kWh ({first['co2e'].get('source') or 'grid intensity'})")
+    source = (f"{method}: ecotrain ledger; energy: {first['energy'].get('source') or 'CodeCarbon'}; grid intensity: "
+              f"{first['co2e'].get('g_per_kwh')} g/kWh, {first['co2e'].get('source') or 'ledger'}")
     grids = sorted({str(L["co2e"].get("grid") or "unknown") for L in ledgers})
     location = ", ".join("world average grid (ledger.country not set)" if g == "world" else g for g in grids)
     methods_used = {m.get("name") for m in shipped.run.config.get("methods") or [] if isinstance(m, dict)}

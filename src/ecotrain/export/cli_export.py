@@ -97,14 +97,14 @@ def cmd_export(args, ctx) -> int:
     atomic_write(out, data)
     _record(out, record)
     card = out.parent / "README.md"
-    wrote = [str(out.parent / EXPORT_JSON)]
-    if not args.no_card and ours(card):
+    wrote, mine = [str(out.parent / EXPORT_JSON)], ours(card)
+    if mine and not args.no_card:
         wrote.append(str(write_card(shipped, card)))
     ctx.committed()
     print(f"exported: {out} ({fmt}; {_spec_line(meta['inputs'])})")
     print(_parity_line(record, split))
-    print(f"wrote {' and '.join(wrote)}" + ("" if args.no_card or ours(card) else
-                                           f" ({card} is not ecotrain's: no card written; `ecotrain card`)"))
+    print(f"wrote {' and '.join(wrote)}"
+          + ("" if mine or args.no_card else f"; {card} is not ecotrain's, so no card (`ecotrain card --out`)"))
     return 0
 
 

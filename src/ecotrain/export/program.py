@@ -130,8 +130,8 @@ def input_spec(ep: ExportedProgram) -> list[dict]:
         for size in getattr(val, "shape", ()):
             if isinstance(size, torch.SymInt):
                 r = ep.range_constraints.get(size.node.expr)
-                lo, hi = (int(r.lower), r.upper) if r is not None else (0, None)
-                dims.append({"min": lo, "max": int(hi) if hi is not None and hi.is_finite else None})
+                lo, hi = (r.lower, r.upper) if r is not None else (0, None)
+                dims.append({"min": int(lo), "max": int(hi) if getattr(hi, "is_Integer", False) else None})  # int_oo
             else:
                 dims.append(int(size))
         out.append({"name": node.name, "dtype": str(getattr(val, "dtype", "")).removeprefix("torch."),
