@@ -102,7 +102,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
         raise DataError("fit(model=...) without data=: pass your data (arrays, a Dataset, a DataLoader or "
                         "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")
     bundle = load_data(cfg) if parts.data is None else as_bundle(parts.data, fingerprint=cfg.data.fingerprint,
-                                                                 batch_size=cfg.data.batch_size)
+                                                                 batch_size=cfg.data.batch_size, dist=dist)
     methods = build_methods(cfg, parts.methods, load_trained)  # a teacher or reference run: rebuilt by inference
     task = make_task(cfg, parts, bundle)
     check_methods_fit(methods, task, bundle, started_from=opts.init_from or opts.resume)
@@ -229,7 +229,7 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
 def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     """(train source, sampler, facts): the seeded order of effective batches, this rank's share."""
     if isinstance(bundle.train, LoaderSource):  # the user's loader decides the order; ecotrain counts steps
-        check_loader_shares(bundle.train.loader, dist)
+        check_loader_shares(bundle.train, dist)
         bundle.train.seed(cfg.seed)
         return bundle.train, LoaderSteps(bundle.train, cfg), {}
     lengths = bundle.extra.get("lengths")  # variable-length sequences only
@@ -244,12 +244,20 @@ def make_sampler(cfg: Config, bundle: DataBundle, dist, methods: Methods):
     return source, sampler, facts
 
 
-def check_loader_shares(loader, dist) -> None:
+def check_loader_shares(source, dist) -> None:
     """A user's DataLoader under torchrun must give each rank its own share: a DistributedSampler for
     this world size and rank (ecotrain calls its set_epoch each epoch); else one line with the fix."""
     if dist.world_size == 1:
         return
+    loader = source.loader
+    if getattr(source, "rank_sharded", False):  # a `datasets` stream ecotrain split per rank
+        return
     ds = distributed_sampler(loader)
+    if ds is None and isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset):
+        raise ConfigError(f"data: under torchrun ({dist.world_size} ranks) ecotrain cannot tell whether this "
+                          "IterableDataset gives each rank its own share; pass a Hugging Face datasets stream "
+                          "(ecotrain splits it per rank), tar or Parquet shards (data.name: shards:PATTERN), or a "
+                          "map-style Dataset")
     if ds is None:
         raise ConfigError(f"data: under torchrun ({dist.world_size} ranks) every rank would read the whole DataLoader, "
                           "so each sample would be trained on once per rank; build it with sampler=torch.utils.data."
@@ -332,13 +340,17 @@ def config_callbacks(cfg: Config) -> list[Callback]:
 
 
 # -- the user's data, as given to the Python API ------------------------------------------------
-def _as_source(obj, where: str, batch_size: int):
+def _as_source(obj, where: str, batch_size: int, dist=None):
+    # batched by ecotrain: data.batch_size, default collate (before `take`: a `datasets` stream has one)
+    if isinstance(obj, torch.utils.data.IterableDataset):
+        obj, split = _rank_share(obj, dist)  # split: each rank batches its share of the global batch
+        source = LoaderSource(_stream_loader(obj, batch_size // dist.world_size if split else batch_size))
+        source.rank_sharded = split
+        return source
     if obj is None or hasattr(obj, "take"):
         return obj
     if isinstance(obj, torch.utils.data.DataLoader) or _looks_like_loader(obj):
         return LoaderSource(obj)
-    if isinstance(obj, torch.utils.data.IterableDataset):  # batched by ecotrain: data.batch_size, default collate
-        return LoaderSource(_stream_loader(obj, batch_size))
     if isinstance(obj, (tuple, list)) and len(obj) == 2 and not isinstance(obj[0], (dict, tuple, list)):
         x, y = (torch.as_tensor(np.asarray(v)) for v in obj)
         validate_arrays(x, y, where, labels=not y.is_floating_point())
@@ -356,6 +368,16 @@ def _looks_like_loader(obj) -> bool:
     return hasattr(obj, "__iter__") and hasattr(obj, "dataset") and not hasattr(obj, "__getitem__")
 
 
+def _rank_share(ds, dist):
+    """(this rank's part of a Hugging Face `datasets` stream, split or not): under torchrun, its shards
+    (or every world_size-th example when the shards do not divide) via `split_dataset_by_node`."""
+    if dist is None or dist.world_size == 1 or not type(ds).__module__.startswith("datasets."):
+        return ds, False
+    from datasets.distributed import split_dataset_by_node  # the stream is datasets': it is installed
+
+    return split_dataset_by_node(ds, rank=dist.rank, world_size=dist.world_size), True
+
+
 def _stream_loader(ds, batch_size: int):
     """An IterableDataset in batches: torchdata's StatefulDataLoader when installed (exact resume when
     the dataset has state_dict/load_state_dict, else it fast-forwards), else torch's DataLoader."""
@@ -371,7 +393,7 @@ def _stream_loader(ds, batch_size: int):
 
 
 def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str] = None,
-              batch_size: int = 1) -> DataBundle:
+              batch_size: int = 1, dist=None) -> DataBundle:
     """The user's data: a DataBundle, or a dict/tuple of train/val/test, each given as (x, y) arrays, a
     Dataset (items of any structure), an IterableDataset or a DataLoader; or just the train split."""
     if isinstance(data, DataBundle):
@@ -385,10 +407,10 @@ def as_bundle(data, num_classes: Optional[int] = None, fingerprint: Optional[str
     unknown = sorted(set(parts) - {"train", "val", "test"})
     if unknown:
         raise DataError(f"data: unknown split {unknown[0]!r}; give 'train', and optionally 'val' and 'test'")
-    train = _as_source(parts.get("train"), "train data", batch_size)
+    train = _as_source(parts.get("train"), "train data", batch_size, dist)
     if train is None:
         raise DataError("data: a train split is required")
-    val, test = (_as_source(parts.get(k), f"{k} data", batch_size) for k in ("val", "test"))
+    val, test = (_as_source(parts.get(k), f"{k} data", batch_size, dist) for k in ("val", "test"))
     sample = _first_batch(train)
     y0 = sample[1] if _is_xy(sample) else None
     if num_classes is None and y0 is not None and not torch.is_floating_point(y0):  # class ids

@@ -4,6 +4,8 @@ share and a SIGKILLed run resumes exactly; without one it is refused in one line
 import subprocess
 import sys
 
+import pytest
+
 from tests.distributed.test_torchrun import ENV, ROOT, free_port, run_group
 from tests.helpers.user_program import final_checkpoint_differences
 
@@ -16,12 +18,21 @@ def program(kind, run_dir, *extra, nproc=2):
     return run_group(cmd, 240, env={**ENV, "PYTHONPATH": str(ROOT)})
 
 
-def test_a_distributed_sampler_loader_resumes_exactly_after_sigkill(tmp_path):
+@pytest.mark.parametrize("kind", ["distributed", "hf_stream"])
+def test_a_loader_sharded_per_rank_resumes_exactly_after_sigkill(tmp_path, kind):
+    """A DistributedSampler, or a `datasets` stream that ecotrain splits per rank (each rank's own
+    position in the checkpoint)."""
     ref, run = tmp_path / "ref", tmp_path / "run"
-    r = program("distributed", ref)
+    r = program(kind, ref)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert program("distributed", run, "--kill-after", "14").returncode != 0  # epoch 2 of 6 steps each
-    r = program("distributed", run)
+    assert program(kind, run, "--kill-after", "14").returncode != 0  # epoch 2 of 6 steps each
+    if kind == "hf_stream":  # each rank's position: it cannot be resharded, said in one line, nothing written
+        before = sorted(p.name for p in (run / "checkpoints").iterdir())
+        r = program(kind, run, nproc=1)
+        said = [ln for ln in r.stderr.splitlines() if "CheckpointError: data: the loader's own position" in ln]
+        assert r.returncode != 0 and said and "resume with 2" in said[0], r.stderr[-2000:]
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    r = program(kind, run)
     assert r.returncode == 0, r.stderr[-3000:]
     assert final_checkpoint_differences(run, ref) == []
 

@@ -6,7 +6,8 @@ again with `resume="auto"`, its final checkpoint must be the uninterrupted run's
 
 KIND: shuffle0 | shuffle2 (DataLoader(shuffle=True), 0 or 2 workers) | random_sampler (a
 RandomSampler with the user's own generator) | weighted (WeightedRandomSampler) | batch_sampler
-(a BatchSampler around a RandomSampler) | distributed (a DistributedSampler; run under torchrun) | builtin (a built-in dataset) | dataset (a map-style
+(a BatchSampler around a RandomSampler) | distributed (a DistributedSampler; run under torchrun) | hf_stream
+(a Hugging Face `datasets` IterableDataset of 4 shards; under torchrun ecotrain splits it per rank) | builtin (a built-in dataset) | dataset (a map-style
 Dataset) | stateful (torchdata's StatefulDataLoader) | iterable (an IterableDataset).
 Used by tests/integration/test_user_programs.py and bench/user_resume.py.
 """
@@ -24,7 +25,7 @@ from ecotrain import Callback, Config, fit
 
 N, BATCH, STEPS = 96, 16, 20  # 6 steps an epoch: a kill at step 3 is in epoch 0, at 14 in epoch 2
 KINDS = ("shuffle0", "shuffle2", "random_sampler", "weighted", "batch_sampler", "builtin", "dataset", "stateful",
-         "iterable")
+         "iterable", "hf_stream")
 WORLD, RANK = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))  # torchrun's
 
 
@@ -83,6 +84,12 @@ def data(kind: str):
     if kind == "distributed":  # each rank its share of every epoch, as a DDP program builds it
         sampler = DistributedSampler(ds, num_replicas=WORLD, rank=RANK, seed=3)
         return DataLoader(ds, batch_size=BATCH // WORLD, sampler=sampler, num_workers=1)
+    if kind == "hf_stream":  # the `data` extra's datasets, offline: 4 shards of 24 rows, read as torch tensors
+        import datasets
+
+        x, y = arrays()
+        table = datasets.Dataset.from_dict({"input": x.numpy(), "labels": y.numpy()})  # Sequential.forward(input)
+        return table.to_iterable_dataset(num_shards=4).with_format("torch")
     if kind == "dataset":
         return Items()
     if kind == "stateful":
@@ -144,8 +151,10 @@ def run(kind: str, run_dir, resume="auto", callbacks=()):
     torch.manual_seed(0)
     tree = {"data": {"batch_size": BATCH}, "loop": {"max_steps": STEPS, "max_epochs": None, "log_every": 2},
             "ledger": {"enabled": False}, "checkpoint": {"every_n_steps": 1, "keep_last": STEPS}}
-    if WORLD > 1:
+    if "WORLD_SIZE" in os.environ:  # under torchrun, at any world size
         tree["distributed"] = {"strategy": "ddp"}
+    if kind == "hf_stream":  # dict batches: the model returns logits, not its own loss
+        tree["task"] = {"name": "classification"}
     model = None
     if kind == "builtin":
         tree["data"].update(name="digits")

@@ -48,8 +48,9 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
     a synchronous save writes before the next step and needs none."""
     window = torch.stack(state.window_losses).cpu() if state.window_losses else None  # this rank's own losses
     parts = {k: torch.stack(v).detach().cpu() for k, v in state.window_parts.items() if v}  # the loss terms' too
+    data = state.data_source.state_dict() if state.data_source is not None else None
     ranks = state.dist.gather_objects({"rng": rng_state(), "augment": augment.state_dict(), "window": window,
-                                       "window_parts": parts})
+                                       "window_parts": parts, "data": data})  # a stream split per rank: its own
     if state.dist.strategy == "fsdp":
         model_sd, optim_sd = sharded.model_optim_state(state.model, state.optimizer)
     else:
@@ -66,7 +67,7 @@ def capture(state, cbs, augment, metrics_offset: int, dataset_hash: str, copy: b
         "methods": state.methods.state_dict() if state.methods else {},
         "counters": {**state.counters.state_dict(), "micro_batches": state.plan.raised},  # stepplan.py
         "position": state.position(),
-        "data": state.data_source.state_dict() if state.data_source is not None else None,
+        "data": data,
         "best": {"metric": state.best_metric, "step": state.best_step, "evals_since": state.evals_since_best,
                  "weights": state.best_weights},
         "window_losses": window, "window_parts": parts,
@@ -96,6 +97,18 @@ def environment(state) -> dict:
     return env
 
 
+def _data_state(whole: dict, dist):
+    """This rank's saved loader state. A loader keeping its own position (a stream split per rank)
+    resumes only at the world size that saved it: its state cannot be resharded."""
+    ranks = whole.get("ranks") or [{"data": whole.get("data")}]
+    own = [r.get("data") for r in ranks]
+    if len(own) != dist.world_size and any(d and d.get("loader") is not None for d in own):
+        raise CheckpointError(f"data: the loader's own position was saved by {len(own)} rank(s); resume with "
+                              f"{len(own)} (a stream's state cannot be resharded to {dist.world_size}; "
+                              "data.name: shards:... can be, docs/data.md)")
+    return own[dist.rank] if dist.rank < len(own) else own[0]
+
+
 def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_missing: bool = False) -> dict:
     """Load a captured state into freshly built parts. Returns the full (unflattened) state dict.
     `allow_missing`: a callback without saved state starts afresh (with a warning) instead of failing."""
@@ -120,7 +133,7 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_m
         state.methods.load_state_dict(whole.get("methods", {}), where)
     state.counters.load_state_dict(whole.get("counters", {}))
     if state.data_source is not None:  # a stateful loader: its position inside the epoch
-        state.data_source.load_state_dict(whole.get("data"))
+        state.data_source.load_state_dict(_data_state(whole, state.dist))
     pos = whole["position"]
     state.step, state.epoch, state.batch_in_epoch, state.samples_seen = (
         pos["step"], pos["epoch"], pos["batch_in_epoch"], pos["samples_seen"])

@@ -210,6 +210,7 @@ class LoaderSource:
         self.loader, self.fingerprint = loader, fingerprint
         self.stateful = all(callable(getattr(loader, a, None)) for a in ("state_dict", "load_state_dict"))
         self.resumed_by_state = False  # a restored state: the next pass starts where the saved one stopped
+        self.rank_sharded = False  # a `datasets` stream split per rank by ecotrain (assemble._rank_share)
         self.rng = torch.Generator().manual_seed(0).get_state()  # the loader's own torch RNG (`seed`)
         self.limit: Optional[int] = None  # samples an evaluation reads at most (`head`)
         self.user_generators = loader_generators(loader)
@@ -234,8 +235,9 @@ class LoaderSource:
         so the re-read draws the interrupted epoch's order (not the next epoch's). A loader
         resuming by its state draws its order from that state: what its `iter()` takes from the
         global generator is given back, so the stream stays the uninterrupted run's."""
-        if (ds := distributed_sampler(self.loader)) is not None:
-            ds.set_epoch(epoch)  # as a DDP user must: each epoch its own order, the same on every rank
+        for obj in (*samplers_of(self.loader), getattr(self.loader, "dataset", None)):
+            if callable(getattr(obj, "set_epoch", None)):  # as its user must: a DistributedSampler's order, a
+                obj.set_epoch(epoch)  # `datasets` stream's shuffle and its resume (it resumes in the saved epoch)
         if start and self.resumed_by_state:
             rng = self.rng.clone()
             it = self.read(iter, self.loader)
