@@ -1,4 +1,4 @@
-"""The four user examples (examples/), run as a user runs them; the two with a checkpointed position
+"""The user examples (examples/), run as a user runs them; the two with a checkpointed position
 killed with a real SIGKILL mid-epoch and resumed: the final weights are bit-identical to a run that
 was never killed."""
 
@@ -84,3 +84,10 @@ def test_npy_folder_example_reads_files_lazily(tmp_path):
     files, reads = int(figure(out, "files")), int(figure(out, "train_reads"))
     # 6 epochs of training reads, the final train-split metrics, the task's first item and 16 sampled
     assert reads == 6 * files + files + 1 + 16
+
+
+def test_tar_shards_example_writes_and_trains_on_its_shards(tmp_path):
+    out = run_example("tar_shards.py", "--shards", tmp_path / "s", "--run-dir", tmp_path / "r", "--count", "40",
+                      "--per-shard", "20", "--steps", "120")
+    assert len(list((tmp_path / "s").glob("train-*.tar"))) == 40
+    assert float(figure(out, "test_accuracy")) >= 0.8  # four classes: chance is 0.25
