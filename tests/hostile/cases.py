@@ -502,6 +502,27 @@ def parquet(name: str, **columns) -> Callable[[Path], None]:
     return setup
 
 
+def tars(name: str, cut: Optional[int] = None) -> Callable[[Path], None]:
+    """A WebDataset-style tar shard of X/Y (`NNNNNN.npy` + `NNNNNN.cls`), cut to `cut` bytes when given."""
+    def setup(tmp: Path) -> None:
+        import io
+        import tarfile
+
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w") as tar:
+            for i, (x, y) in enumerate(zip(X, Y)):
+                buf = io.BytesIO()
+                np.save(buf, x)
+                for member, data in ((f"{i:06d}.npy", buf.getvalue()), (f"{i:06d}.cls", str(int(y)).encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        if cut is not None:
+            path.write_bytes(path.read_bytes()[:cut])
+    return setup
+
+
 NPZ = ["data.name=npz", "data.path={tmp}/d.npz"]
 TRAIN_NPZ = npz("d.npz", x=X, y=Y)  # one object: trained_run's key (see its docstring)
 SHARD = dict(a=X[:, 0], b=X[:, 1], label=Y)
@@ -521,6 +542,19 @@ CASES += [
     Case("parquet_schema_differs", [*FIT, "data.name=parquet:{tmp}/p", *RUN], 2,
          ["b.parquet", "schema differs from a.parquet", "column 'b'"],
          both(parquet("p/a.parquet", **SHARD), parquet("p/b.parquet", a=X[:, 0], b=Y, label=Y)), absent=NO_RUN),
+    Case("shards_pattern_matches_nothing", [*FIT, "data.name=shards:{tmp}/s/train-*.tar", *RUN], 2,
+         ["shards:", "matches no .tar or .parquet file"], write("s/notes.txt", "hello"), absent=NO_RUN),
+    Case("shards_brace_range_names_a_missing_shard", [*FIT, "data.name=shards:{tmp}/s/t-{0..2}.tar", *RUN], 2,
+         ["no such shard file or folder", "t-2.tar"], both(tars("s/t-0.tar"), tars("s/t-1.tar")), absent=NO_RUN),
+    Case("shards_tar_truncated", [*FIT, "data.name=shards:{tmp}/s", *RUN], 2,
+         ["b.tar", "truncated", "at byte", "on_bad_shard=skip"], both(tars("s/a.tar"), tars("s/b.tar", cut=3000)),
+         absent=NO_RUN),
+    Case("shards_tar_random_bytes", [*FIT, "data.name=shards:{tmp}/s", *RUN], 2,
+         ["b.tar", "not a readable tar shard"], both(tars("s/a.tar"), write("s/b.tar", RANDOM_BYTES)), absent=NO_RUN),
+    Case("shards_mixed_kinds", [*FIT, "data.name=shards:{tmp}/s", *RUN], 2, ["one kind per run"],
+         both(tars("s/a.tar"), parquet("s/b.parquet", **SHARD)), absent=NO_RUN),
+    Case("shards_on_bad_shard_unknown", [*FIT, "data.on_bad_shard=ignore", *RUN], 2, ["on_bad_shard", "'fail'"],
+         absent=NO_RUN),
     Case("hf_not_a_saved_dataset", [*FIT, "data.name=hf:{tmp}/stuff", *RUN], 2,
          ["stuff", "not a saved dataset", "save_to_disk"], write("stuff/notes.txt", "hello"), absent=NO_RUN),
     Case("persistent_workers_without_workers", [*FIT, "data.persistent_workers=true", *RUN], 2,
