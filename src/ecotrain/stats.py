@@ -4,10 +4,22 @@ beyond that the normal 1.96 is within 2% of t.
 
 A comparison of two seed groups is paired when both ran the same seeds (each seed's difference,
 so the seed-to-seed spread that both sides share cancels), else Welch's unequal-variance interval.
+
+Two questions about seeds (docs/evaluation.md):
+- `seeds_to_decide`: how many seeds per side a fixed-size comparison would need for its interval,
+  at the observed mean and spread, to lie wholly on one side of the allowance: a forecast, said with
+  an INCONCLUSIVE verdict.
+- `sequential_interval`: a comparison that adds seeds until it decides looks at the data again and
+  again; re-testing a fixed 95% interval after every seed would make some "decision" likely by
+  chance. Look k (k = 1, 2, ...) instead uses a (1 - a_k) t-interval with a_k = 0.05 / (k (k + 1)):
+  the a_k sum to 0.05 over any number of looks, so by the union bound the chance that any look's
+  interval misses the true mean is at most 5% (an alpha-spending group-sequential design, Lan &
+  DeMets 1983, with a Bonferroni split over the looks: conservative, valid for every stopping rule).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -71,6 +83,62 @@ def diff_ci(base: Sequence[float], cand: Sequence[float], paired: bool) -> Inter
     h = t975(df) * se
     d = a.mean - b.mean
     return Interval(d, d - h, d + h, min(na, nb))
+
+
+ALPHA = 0.05
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The `p` quantile of Student's t (any p, any df >= 1), from SciPy (scikit-learn's dependency)."""
+    if df < 1:
+        return math.inf
+    from scipy.stats import t as student_t  # here only: the fixed 95% path needs no SciPy import
+
+    return float(student_t.ppf(p, df))
+
+
+def look_alpha(look: int, alpha: float = ALPHA) -> float:
+    """The error spent at look `look` (1, 2, ...): alpha / (look (look + 1)), summing to alpha."""
+    if look < 1:
+        raise ValueError("look_alpha: looks count from 1")
+    return alpha / (look * (look + 1))
+
+
+def sequential_interval(diffs: Sequence[float], look: int) -> Interval:
+    """The interval of the mean of paired `diffs` at look `look` of a sequential comparison: valid at
+    every look at once (see the module's docstring)."""
+    xs = [float(v) for v in diffs]
+    n = len(xs)
+    m = sum(xs) / n
+    if n < 2:
+        return Interval(m, -math.inf, math.inf, n)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    h = t_quantile(1 - look_alpha(look) / 2, n - 1) * sd / math.sqrt(n)
+    return Interval(m, m - h, m + h, n)
+
+
+def seeds_to_decide(mean: float, sd: float, allowance: float, cap: int = 1000) -> int | None:
+    """Seeds per side (paired: per-seed differences of spread `sd`) at which a fixed 95% interval
+    around `mean` would lie wholly within or wholly beyond `allowance`; None when no number up to
+    `cap` would (a mean at the allowance never decides). A forecast: the next seeds move the mean."""
+    gap = abs(allowance - mean)
+    if not (math.isfinite(gap) and math.isfinite(sd)) or gap <= 1e-12:
+        return None
+    for n in range(2, cap + 1):
+        if t975(n - 1) * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
+def spread(base: Sequence[float], cand: Sequence[float], paired: bool) -> float:
+    """The spread of one seed's difference: the paired differences' sd, or (unpaired) sqrt(sa^2 + sb^2)."""
+    def sd(xs):
+        m = sum(xs) / len(xs)
+        return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
+    if paired:
+        return sd([b - c for b, c in zip(base, cand)])
+    return math.sqrt(sd(list(base)) ** 2 + sd(list(cand)) ** 2)
 
 
 def verdict(drop: Interval, allowance: float) -> str:

@@ -32,7 +32,8 @@ from ecotrain.accounting.report import (SUMMARY_STRINGS, check_numbers, contende
                                        num, read_ledger, table)
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
-from ecotrain.stats import Interval, diff_ci, mean_ci, verdict
+from ecotrain.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
+                            verdict)
 
 BY = ("flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost")
 COUNTED = ("flops",)  # the rest are measured
@@ -123,8 +124,10 @@ def _signed(x: float) -> str:
 
 
 def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: float = 0.01,
-          min_cost_cut: float = 0.5, by: str = "co2e", metric: str = "test_accuracy") -> tuple[str, str]:
-    """(the report, the verdict: PASS, FAIL or INCONCLUSIVE)."""
+          min_cost_cut: float = 0.5, by: str = "co2e", metric: str = "test_accuracy",
+          look: Optional[int] = None) -> tuple[str, str]:
+    """(the report, the verdict: PASS, FAIL or INCONCLUSIVE). `look`: the k-th look of a comparison
+    that adds seeds until it decides (sequential: the sides must be paired by seed)."""
     if by not in BY:
         raise ConfigError(f"--by: one of {', '.join(BY)} (got {by!r})")
     # a NaN threshold failed every comparison (a FAIL said of any runs), a cut above 1 asked for negative cost
@@ -167,7 +170,9 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
             "candidate" + (f" (mean of {nc} [95% CI])" if nc > 1 else ""), "ratio", "change"]
 
     lines = [_seeds_line(seeds, order, nb, nc)]
-    acc_line, acc_v = _metric_criterion(sides, metric, max_accuracy_drop, order is not None)
+    if look is not None and order is None:
+        raise ConfigError("a sequential comparison (--until-decided) needs both sides to have run the same seeds")
+    acc_line, acc_v = _metric_criterion(sides, metric, max_accuracy_drop, order is not None, look)
     cost_line, cost_v = _cost_criterion(sides, by, min_cost_cut, order is not None)
     busy = _contended_runs(names, sides) if by not in COUNTED else []
     if busy:
@@ -205,7 +210,8 @@ def _seeds_line(seeds: dict, order: Optional[list], nb: int, nc: int) -> str:
     return f"{where}: unpaired (Welch): " + ("a run's seed is not recorded" if unknown else "not the same seeds")
 
 
-def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool) -> tuple[str, str]:
+def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool,
+                      look: Optional[int] = None) -> tuple[str, str]:
     b = [s[metric] for s, _ in sides["baseline"]]
     c = [s[metric] for s, _ in sides["candidate"]]
     hi, lo = (b, c) if "loss" not in metric else (c, b)  # drop = hi - lo
@@ -215,12 +221,26 @@ def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool) ->
         v = "PASS" if drop <= allowed + TOL else "FAIL"
         one = "one seed" if len(b) == len(c) == 1 else "one seed on a side"
         return f"{head}{drop:+.4f} (allowed {allowed:g}): {v} (on {one}: no interval)", v
-    iv = diff_ci(hi, lo, paired)
+    if look is not None:  # a sequential comparison's look: an interval valid at every look (stats.py)
+        iv = sequential_interval([h - w for h, w in zip(hi, lo)], look)
+        how = f"paired, n={iv.n}, sequential look {look}: {(1 - look_alpha(look)) * 100:.2f}% interval"
+    else:
+        iv = diff_ci(hi, lo, paired)
+        how = f"paired, n={iv.n}" if paired else f"Welch, {len(b)} vs {len(c)} runs"
     v = verdict(iv, allowed)
-    how = f"paired, n={iv.n}" if paired else f"Welch, {len(b)} vs {len(c)} runs"
     line = f"{head}{_ci(iv, _signed)} ({how}; allowed {allowed:g}): {v}"
     if v == "INCONCLUSIVE":
-        line += " (the interval straddles the allowance: run more seeds)"
+        need = seeds_to_decide(iv.mean, spread(hi, lo, paired), allowed)
+        line += (f" (the interval straddles the allowance: at this mean and spread about {need} seeds per side "
+                 "would decide; `--until-decided` adds them with an interval valid at every look)" if need else
+                 " (the interval straddles the allowance, and the mean sits at it: no number of seeds is "
+                 "likely to decide)")
+    if paired and len(b) > 2:  # what pairing saved: the unpaired interval of the same runs
+        welch = diff_ci(hi, lo, False)
+        ratio = (iv.half / welch.half) ** 2 if look is None and welch.half > 0 else None
+        if ratio is not None:
+            line += (f"; pairing by seed: half-width {iv.half:.4f} against {welch.half:.4f} unpaired, "
+                     f"{ratio * 100:.0f}% of the unpaired variance")
     return line, v
 
 

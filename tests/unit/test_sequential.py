@@ -1,0 +1,68 @@
+"""Seeds that decide (stats.py): the forecast of how many seeds a comparison needs, and the
+sequential interval that may be looked at after every added seed without inflating its error."""
+
+import math
+import random
+
+import pytest
+
+from ecotrain.stats import (T975, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread, t_quantile,
+                            verdict)
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_quantile_agrees_with_the_fixed_table():
+    for df in (1, 2, 5, 10, 30):
+        assert t_quantile(0.975, df) == pytest.approx(T975[df - 1], abs=2e-3)
+    assert t_quantile(0.995, 4) == pytest.approx(4.604, abs=1e-3)
+
+
+def test_the_looks_spend_at_most_alpha_whatever_their_number():
+    assert look_alpha(1) == pytest.approx(0.025) and look_alpha(2) == pytest.approx(0.05 / 6)
+    assert sum(look_alpha(k) for k in range(1, 10_000)) < 0.05
+    with pytest.raises(ValueError):
+        look_alpha(0)
+
+
+def test_a_sequential_interval_is_wider_than_the_fixed_one_at_every_look():
+    xs = [0.3, -0.1, 0.5, 0.2, 0.4, 0.0]
+    fixed = mean_ci(xs)
+    for look in (1, 2, 5):
+        iv = sequential_interval(xs, look)
+        assert iv.mean == pytest.approx(fixed.mean) and iv.half > fixed.half
+    assert sequential_interval(xs, 5).half > sequential_interval(xs, 2).half
+
+
+def _error_rate(interval, trials, seed):
+    """At a true mean drop equal to the allowance any PASS or FAIL is an error: the share of trials
+    that 'decided' while adding seeds one at a time from 3 to 20, looking after each."""
+    r, errors = random.Random(seed), 0
+    for _ in range(trials):
+        xs = [r.gauss(1.0, 1.0) for _ in range(3)]
+        look = 1
+        while verdict(interval(xs, look), 1.0) == "INCONCLUSIVE" and len(xs) < 20:
+            xs.append(r.gauss(1.0, 1.0))
+            look += 1
+        errors += verdict(interval(xs, look), 1.0) != "INCONCLUSIVE"
+    return errors / trials
+
+
+def test_looking_after_every_seed_keeps_its_error_rate_only_with_the_sequential_interval():
+    naive = _error_rate(lambda xs, look: mean_ci(xs), 1500, 7)  # a fixed 95% interval re-tested every seed
+    honest = _error_rate(sequential_interval, 1500, 7)
+    assert naive > 0.15  # about 0.23: re-testing a fixed interval decides by chance
+    assert honest <= 0.05  # about 0.03: the union bound holds
+
+
+def test_seeds_to_decide_is_the_hand_computed_count():
+    # paired differences 0.005, 0.005, 0.010: mean 0.00667, sd 0.00289; allowance 0.01, gap 0.00333:
+    # n = 5 gives 2.776 * 0.00289 / sqrt(5) = 0.00359 (too wide), n = 6 gives 2.571 * 0.00289 / sqrt(6) = 0.00303
+    sd = spread([0.905, 0.925, 0.92], [0.9, 0.92, 0.91], paired=True)
+    assert sd == pytest.approx(0.002887, abs=1e-6)
+    assert seeds_to_decide(0.02 / 3, sd, 0.01) == 6
+    assert seeds_to_decide(0.01, sd, 0.01) is None  # a mean at the allowance never decides
+    assert seeds_to_decide(0.0, 0.0, 0.01) == 2
+    assert seeds_to_decide(0.0, 1.0, 0.01, cap=50) is None
+    assert seeds_to_decide(0.0, math.nan, 0.01) is None
+    assert spread([1.0, 2.0], [1.0, 1.0], paired=False) == pytest.approx(math.sqrt(0.5))
