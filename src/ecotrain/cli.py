@@ -50,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir (its files are deleted)")
     f.add_argument("--seeds", metavar="0,1,2", help="one run per seed in sibling folders (--run-dir D: D-s0, D-s1, ...) "
                    "and a group file D-group.json for compare/report")
+    f.add_argument("--baseline", metavar="RECIPE", help="with --seeds: also train this recipe on the same seeds "
+                   "(D-baseline-s0, ...: paired) and print compare's verdict (exit 0 PASS, 1 FAIL or INCONCLUSIVE)")
+    f.add_argument("--until-decided", action="store_true", help="with --baseline: add one seed to both sides at a "
+                   "time until the verdict is PASS or FAIL, judged by an interval valid at every look "
+                   "(docs/evaluation.md)")
+    f.add_argument("--max-seeds", type=int, default=20, help="--until-decided stops here (default 20 per side)")
+    f.add_argument("--max-accuracy-drop", type=float, default=0.01, help="with --baseline: as compare's (default 0.01)")
+    f.add_argument("--min-cost-cut", type=float, default=0.5, help="with --baseline: as compare's (default 0.5)")
+    f.add_argument("--by", default="flops", choices=["flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost"],
+                   help="with --baseline: the cost figure (default flops: counted, the same on any machine)")
+    f.add_argument("--metric", default="test_accuracy", help="with --baseline: summary.json key (default test_accuracy)")
     f.add_argument("--print-config", action="store_true", help="print the merged, validated config as YAML "
                    "and exit without training")
     f.add_argument("--carbon-forecast", metavar="FILE", help="grid-intensity forecast (Carbon Aware SDK or "

@@ -6,11 +6,17 @@ environment before torch is imported (threads.py), so the trainer is imported on
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ecotrain import threads
 from ecotrain.config import load_config
 from ecotrain.config_carbon import cli_overrides
 from ecotrain.rundir import config_yaml
-from ecotrain.sweep import fit_seeds
+from ecotrain.accounting.compare import judge
+from ecotrain.decide import save, until_decided
+from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.rundir import default_run_dir
+from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
 from ecotrain.userpath import user_path
 
 
@@ -31,13 +37,55 @@ def cmd_fit(args, ctx) -> int:
     threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
     from ecotrain.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)
 
-    def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:
-        return ctx.trained(fit_recipe(args.recipe, overrides, run_dir, quiet=args.quiet, resume=resume,
-                                      allow_config_change=args.allow_config_change, init_from=args.init_from,
-                                      keep_optimizer=args.keep_optimizer, overwrite=overwrite,
-                                      preemption=ctx.preemption))
+    def trainer(recipe):
+        def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:
+            return ctx.trained(fit_recipe(recipe, overrides, run_dir, quiet=args.quiet, resume=resume,
+                                          allow_config_change=args.allow_config_change, init_from=args.init_from,
+                                          keep_optimizer=args.keep_optimizer, overwrite=overwrite,
+                                          preemption=ctx.preemption))
+        return one
 
+    if getattr(args, "baseline", None) or getattr(args, "until_decided", False):  # a pair of seed groups
+        return fit_pair(args, cfg.name, trainer)
     if getattr(args, "seeds", None) is not None:  # one run per seed, then a group file (sweep.py)
         return fit_seeds(args.recipe, args.overrides, args.seeds, args.run_dir, cfg.name, resume=args.resume,
-                         overwrite=args.overwrite, fit_one=one)
-    return one(args.overrides, args.run_dir)
+                         overwrite=args.overwrite, fit_one=trainer(args.recipe))
+    return trainer(args.recipe)(args.overrides, args.run_dir)
+
+
+def fit_pair(args, name: str, trainer) -> int:
+    """`fit CANDIDATE --seeds S --baseline BASE [--until-decided]`: both recipes on the same seeds (paired),
+    then compare's verdict; with --until-decided, one more seed per side until it decides (decide.py)."""
+    if not args.baseline or args.seeds is None:
+        raise ConfigError("--until-decided: give --baseline RECIPE and --seeds (e.g. --seeds 0-2)")
+    user_path(args.baseline, "--baseline", "give the baseline's recipe YAML")
+    base_name = load_config(args.baseline, []).name  # a bad baseline recipe: one line, before anything trains
+    prefix = Path(args.run_dir) if args.run_dir else default_run_dir(name)
+    base_prefix = prefix.with_name(prefix.name + "-baseline")
+    first = {"resume": args.resume, "overwrite": args.overwrite}  # later calls keep the runs already trained
+
+    def train(seeds: list[int]) -> tuple[list[str], list[str]]:
+        text = ",".join(map(str, seeds))
+        for recipe, overrides, pre, nm in ((args.baseline, [], base_prefix, base_name),
+                                           (args.recipe, args.overrides, prefix, name)):
+            code = fit_seeds(recipe, overrides, text, pre, nm, fit_one=trainer(recipe), **first)
+            if code != 0:
+                raise PreemptedError(f"the {nm} group stopped (exit {code}); run the same command with "
+                                     "--resume auto to continue it")
+        first.update(resume="auto", overwrite=False)
+        return read_group(group_paths(base_prefix, seeds)[0]), read_group(group_paths(prefix, seeds)[0])
+
+    def judged(base, cand, look):
+        return judge(base, cand, args.max_accuracy_drop, args.min_cost_cut, args.by, args.metric,
+                     look if args.until_decided else None)
+
+    seeds = parse_seeds(args.seeds)
+    if not args.until_decided:
+        report, verdict = judged(*train(seeds), None)
+        print(report)
+        return 0 if verdict == "PASS" else 1
+    decision = until_decided(train, seeds, args.max_seeds, judged, args.max_accuracy_drop, args.metric, args.by)
+    print(decision.report)
+    print(decision.line())
+    save(decision, prefix.with_name(prefix.name + "-decision.json"))
+    return 0 if decision.verdict == "PASS" else 1

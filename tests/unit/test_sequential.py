@@ -66,3 +66,54 @@ def test_seeds_to_decide_is_the_hand_computed_count():
     assert seeds_to_decide(0.0, 1.0, 0.01, cap=50) is None
     assert seeds_to_decide(0.0, math.nan, 0.01) is None
     assert spread([1.0, 2.0], [1.0, 1.0], paired=False) == pytest.approx(math.sqrt(0.5))
+
+
+# ---- decide.until_decided: real run folders (summary.json, ledger.json), compare's judgement ----
+def _runs(tmp_path, accs: dict):
+    """A `train(seeds)` over prepared accuracies {seed: (baseline, candidate)}: each seed's two run
+    folders are written the first time it is asked for, as a real pair of seed groups would be."""
+    from tests.unit.test_accounting_compare import make_run
+
+    trained = []
+
+    def train(seeds):
+        for s in seeds:
+            if s not in trained:
+                b, c = accs[s]
+                make_run(tmp_path / f"b{s}", b, 1.0, flops=2e9, seed=s)
+                make_run(tmp_path / f"c{s}", c, 0.4, flops=1e9, seed=s)
+                trained.append(s)
+        return [str(tmp_path / f"b{s}") for s in seeds], [str(tmp_path / f"c{s}") for s in seeds]
+    return train, trained
+
+
+def _judge(base, cand, look):
+    from ecotrain.accounting.compare import judge
+
+    return judge(base, cand, 0.01, 0.5, "flops", "test_accuracy", look)
+
+
+def test_seeds_are_added_until_the_verdict_decides(tmp_path):
+    from ecotrain.decide import until_decided
+
+    rng = random.Random(3)  # per-seed drops around 0.002, spread 0.004: the first 3 straddle 0.01
+    accs = {s: (0.9, 0.9 - d) for s, d in enumerate([0.009, -0.002, 0.006] + [rng.gauss(0.002, 0.004) for _ in range(17)])}
+    train, trained = _runs(tmp_path, accs)
+    d = until_decided(train, [0, 1, 2], 20, _judge, 0.01, "test_accuracy", "flops")
+    assert d.verdict == "PASS" and d.looks == len(d.seeds) - 2 and d.seeds == list(range(len(d.seeds)))
+    assert 3 < len(d.seeds) <= 20 and trained == d.seeds and d.added_seeds == d.seeds[3:]
+    assert d.forecast is not None and "sequential look" in d.report
+    assert d.added_cost == {"baseline": 2e9 * len(d.added_seeds), "candidate": 1e9 * len(d.added_seeds)}
+
+
+def test_the_cap_ends_an_undecided_comparison_and_a_clear_one_takes_no_more_seeds(tmp_path):
+    from ecotrain.decide import until_decided
+
+    at_allowance = {s: (0.9, 0.9 - 0.01 + (0.004 if s % 2 else -0.004)) for s in range(6)}
+    train, _ = _runs(tmp_path / "a", at_allowance)
+    d = until_decided(train, [0, 1], 5, _judge, 0.01, "test_accuracy", "flops")
+    assert d.verdict == "INCONCLUSIVE" and d.seeds == [0, 1, 2, 3, 4] and d.looks == 4
+    clear = {s: (0.9, 0.9 - 0.05 - 0.001 * s) for s in range(4)}
+    train, trained = _runs(tmp_path / "b", clear)
+    d = until_decided(train, [0, 1, 2], 20, _judge, 0.01, "test_accuracy", "flops")
+    assert d.verdict == "FAIL" and d.seeds == [0, 1, 2] and trained == [0, 1, 2] and d.added_seeds == []
