@@ -18,12 +18,17 @@ SEARCH = ["--tolerance", "0.3", "--margin", "0", "--levers", "schedule,batch", "
 
 def test_green_finds_confirms_and_writes_a_runnable_recipe(tmp_path, capsys):
     recipe, out = write_recipe(tmp_path, TINY), tmp_path / "g"
-    code = main(["green", str(recipe), *SEARCH, "--check-seeds", "1", "--seeds-confirm", "10,11", "--out", str(out)])
+    code = main(["green", str(recipe), *SEARCH, "--check-seeds", "1", "--seeds-confirm", "10,11", "--out", str(out),
+                 "--until-decided", "--max-seeds", "4"])
     text = capsys.readouterr().out
-    assert code in (0, 1), text  # PASS, or FAIL/INCONCLUSIVE on two seeds: either is a verdict
+    assert code in (0, 1), text  # PASS, or FAIL (or INCONCLUSIVE at the cap)
     g = json.loads((out / "green.json").read_text())
     trials = json.loads((out / "trials.json").read_text())
     assert g["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE") and f"verdict: {g['verdict']}" in text
+    seeds = g["decision"]["seeds"]  # fresh seeds from 10 on, one more per look, never a design seed
+    assert seeds == list(range(10, 10 + len(seeds))) and 2 <= len(seeds) <= 4 and g["decision"]["looks"] == len(seeds) - 1
+    assert len(seeds) == 4 or g["verdict"] != "INCONCLUSIVE"
+    assert f"decision: {g['verdict']} after {len(seeds)} seeds per side" in text
     assert g["design_cost_ratio"] < 1 and g["check_seeds"] == [1] and g["check_deficit"] <= 0.3
     assert "pays back after" in text or "never pays back" in text
     # the search's cost is every run's ledger: baseline, trials (pruned too), check runs, confirmation

@@ -77,12 +77,15 @@ def cmd_green(args, ctx) -> int:
     if fresh is not None:
         print(f"\n== confirmation on fresh seeds {fresh} (test split read once per run)")
         result = confirm_mod.confirm(args.recipe, overrides, green_yaml, out, fresh, args.tolerance, BY[args.by],
-                                     args.min_cost_cut, f"test_{args.metric}", preemption=ctx.preemption)
+                                     args.min_cost_cut, f"test_{args.metric}", preemption=ctx.preemption,
+                                     max_seeds=args.max_seeds if args.until_decided else None,
+                                     avoid=[args.seed, *checks])
         print(result.report)
         (out / "verdict.txt").write_text(result.report + "\n")
         saving = result.saving
-        costs.update({f"confirmation, baseline ({fresh})": result.costs["baseline"],
-                      f"confirmation, green ({fresh})": result.costs["green"]})
+        said = fresh if result.decision is None else ",".join(map(str, result.decision.seeds))
+        costs.update({f"confirmation, baseline ({said})": result.costs["baseline"],
+                      f"confirmation, green ({said})": result.costs["green"]})
     total = sum(costs.values())
     payback = confirm_mod.payback_runs(total, saving)
     costs["total"] = total
@@ -103,6 +106,9 @@ def cmd_green(args, ctx) -> int:
         "costs": costs, "saving_per_run": saving, "payback_runs": payback,
         "trials": len(search.rows), "pruned": pruned, "skipped": skipped,
         "verdict": result.verdict if result else None,
+        "decision": None if result is None or result.decision is None else {
+            "seeds": result.decision.seeds, "looks": result.decision.looks, "forecast": result.decision.forecast,
+            "added_cost": result.decision.added_cost},
         "cost_ratio": result.cost_ratio if result else None,
         "drop": {"mean": result.drop.mean, "low": result.drop.low, "high": result.drop.high, "n": result.drop.n}
         if result else None})

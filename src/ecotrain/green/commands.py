@@ -20,6 +20,9 @@ def add_commands(sub) -> dict:
     g.add_argument("--trials", type=int, default=12, help="trials that train, at most (default 12)")
     g.add_argument("--seeds-confirm", default="5", metavar="N|SEEDS", help="fresh seeds for the confirmation: a count "
                    f"(5: seeds {FRESH_FROM}-{FRESH_FROM + 4}) or a list (10-14); 0: no confirmation")
+    g.add_argument("--until-decided", action="store_true", help="the confirmation adds one fresh seed per side at a "
+                   "time until its verdict is PASS or FAIL (an interval valid at every look; docs/evaluation.md)")
+    g.add_argument("--max-seeds", type=int, default=20, help="--until-decided stops here (default 20 per side)")
     g.add_argument("--seed", type=int, default=0, help="the design seed of the baseline and every trial (default 0)")
     g.add_argument("--check-seeds", default="1,2", help="more design seeds on which the cheapest feasible trials "
                    "are trained again before one is chosen (validation only; default 1,2; none: no check)")

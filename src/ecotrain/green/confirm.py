@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.accounting.compare import judge
+from ecotrain.decide import Decision, until_decided
 from ecotrain.config import load_config
 from ecotrain.entry import fit_recipe
 from ecotrain.accounting.report import figure, read_ledger
@@ -36,6 +37,7 @@ class Confirmation:
     saving: float  # mean baseline cost - mean green cost, per production run
     base_cost: float
     costs: dict  # "baseline" / "green": that group's summed `by` figure
+    decision: Optional[Decision] = None  # --until-decided: the looks, the seeds, the forecast
 
 
 def fit_group(recipe: str, overrides: list[str], prefix: Path, seeds: str, preemption=None) -> Path:
@@ -51,23 +53,36 @@ def fit_group(recipe: str, overrides: list[str], prefix: Path, seeds: str, preem
     return group_paths(prefix, parse_seeds(seeds))[0]
 
 
-def group_cost(group: Path, by: str) -> list[float]:
-    return [float(figure(read_ledger(r), by) or 0.0) for r in read_group(group)]
-
-
 def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seeds: str, tolerance: float,
-            by: str, min_cost_cut: float, metric: str = "test_accuracy", preemption=None) -> Confirmation:
-    base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", seeds, preemption)
-    green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", seeds, preemption)
-    base_runs, green_runs = read_group(base_g), read_group(green_g)
-    report, verdict = judge(base_runs, green_runs, tolerance, min_cost_cut, by, metric)
-    bc, gc = group_cost(base_g, by), group_cost(green_g, by)
+            by: str, min_cost_cut: float, metric: str = "test_accuracy", preemption=None,
+            max_seeds: Optional[int] = None, avoid: Sequence[int] = ()) -> Confirmation:
+    """`max_seeds`: until decided (decide.py): one more fresh seed per side per look, never one of
+    `avoid` (the design seeds), up to `max_seeds` per side."""
+    def train(ss: list[int]) -> tuple[list[str], list[str]]:
+        text = ",".join(map(str, ss))
+        base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", text, preemption)
+        green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", text, preemption)
+        return read_group(base_g), read_group(green_g)
+
+    def judged(base, green, look):
+        return judge(base, green, tolerance, min_cost_cut, by, metric, look)
+
+    decision = None
+    if max_seeds is None:
+        base_runs, green_runs = train(parse_seeds(seeds))
+        report, verdict = judged(base_runs, green_runs, None)
+    else:
+        decision = until_decided(train, parse_seeds(seeds), max_seeds, judged, tolerance, metric, by, set(avoid))
+        base_runs, green_runs = train(decision.seeds)  # every run is finished: nothing trains again
+        report, verdict = decision.report + "\n" + decision.line(), decision.verdict
+    bc, gc = ([float(figure(read_ledger(r), by) or 0.0) for r in runs] for runs in (base_runs, green_runs))
     b, g = ([read_json(Path(r) / "summary.json", "run summary", {metric: float})[metric] for r in runs]
             for runs in (base_runs, green_runs))
     drop = diff_ci(b, g, paired=True) if "loss" not in metric else diff_ci(g, b, paired=True)  # same seeds, same order
-    return Confirmation(base_g, green_g, report, verdict == "PASS", verdict, drop, (sum(gc) / len(gc)) / (sum(bc) / len(bc)),
+    return Confirmation(group_paths(out / "confirm" / "baseline", [])[0], group_paths(out / "confirm" / "green", [])[0],
+                        report, verdict == "PASS", verdict, drop, (sum(gc) / len(gc)) / (sum(bc) / len(bc)),
                         sum(bc) / len(bc) - sum(gc) / len(gc), sum(bc) / len(bc),
-                        {"baseline": sum(bc), "green": sum(gc)})
+                        {"baseline": sum(bc), "green": sum(gc)}, decision)
 
 
 def payback_runs(search_cost: float, saving_per_run: float) -> Optional[int]:
