@@ -20,7 +20,7 @@ CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop"
         "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
         "progress_work", "stepplan", "userpath", "jsonfile")
 WINGS = ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "lrfind", "sweep",
-         "inference", "cli")
+         "inference", "cli", "export")
 
 
 def _prefix(rel: str, g: str) -> bool:

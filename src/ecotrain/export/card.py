@@ -176,8 +176,7 @@ def _chosen(shipped: Shipped) -> str:
 
 def _data_lines(data: dict, s: dict) -> list[str]:
     out = [f"- source: `{data.get('name')}`" + (f", file `{data['path']}`" if data.get("path") else "")
-           + (f", options {json.dumps(data['kwargs'])}" if data.get("kwargs") else "")
-           + (f", {data['num_samples']} samples" if data.get("num_samples") else "")]
+           + (f", options {json.dumps(data['kwargs'])}" if data.get("kwargs") else "")]
     out.append(f"- splits: validation {data.get('val_split')}, test {data.get('test_split')} of the data "
                "(fixed by the run's seed)")
     out.append(f"- content hash of every split: `{s.get('dataset_hash')}`")

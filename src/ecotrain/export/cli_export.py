@@ -87,7 +87,7 @@ def cmd_export(args, ctx) -> int:
             runners["onnxruntime"] = onnxfile.Session(data)
     figures = check(trained.model, runners, task, source, trained.config.data.batch_size * 4)
     record = {"format": fmt, "file": out.name, "run": str(run), "weights": trained.weights, "split": split,
-              "samples": len(source), "tolerance": tolerance, "inputs": meta["inputs"], "bn_statistics": bn,
+              "samples": _length(source), "tolerance": tolerance, "inputs": meta["inputs"], "bn_statistics": bn,
               "torch": torch.__version__, **figures}
     if shipped.group:
         record.update({"group": str(shipped.group_file), "chosen": shipped.chosen_because})
@@ -106,6 +106,13 @@ def cmd_export(args, ctx) -> int:
     print(f"wrote {' and '.join(wrote)}"
           + ("" if mine or args.no_card else f"; {card} is not ecotrain's, so no card (`ecotrain card --out`)"))
     return 0
+
+
+def _length(source):
+    try:
+        return len(source)
+    except TypeError:  # a user's DataLoader or stream: no length to say
+        return None
 
 
 def _record(out: Path, record: dict) -> None:
@@ -128,5 +135,6 @@ def _parity_line(record: dict, split: str) -> str:
     diffs = ", ".join(f"{record[n]['max_abs_diff']:.3g} ({n})" for n in runners)
     key = "test_accuracy" if "test_accuracy" in record["eager"] else "test_loss"
     said = ", ".join(f"{record[n][key]:.4f} {n}" for n in runners)
-    return (f"parity on the {split} split ({record['samples']} samples): max abs diff {diffs}; "
+    n = f"{record['samples']} samples" if record["samples"] is not None else "all of it"
+    return (f"parity on the {split} split ({n}): max abs diff {diffs}; "
             f"{key.replace('test', split)} {record['eager'][key]:.4f} eager, {said}")

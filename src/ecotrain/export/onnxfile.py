@@ -5,18 +5,15 @@ the function that needs it, so nothing else pays for it or needs it installed.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import logging
-import warnings
 
 import numpy as np
 import torch
 from torch.export import ExportedProgram
 
 from ecotrain.errors import ConfigError
-from ecotrain.export.program import META_FILE
+from ecotrain.export.program import META_FILE, quiet_torch
 
 EXTRA = "needs the onnx extra: pip install 'ecotrain[onnx]'"
 
@@ -32,25 +29,11 @@ def has_runtime() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-@contextlib.contextmanager
-def _quiet():
-    """The exporter logs a warning per torchvision op it skips and prints its steps: not the user's news."""
-    log = logging.getLogger("torch.onnx")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        log.setLevel(level)
-
-
 def onnx_bytes(ep: ExportedProgram, args: tuple, kwargs: dict, meta: dict) -> bytes:
     """The ONNX model of the traced program (its dynamic dimensions kept), `meta` in its metadata."""
     require()
     outputs = len(ep.graph_signature.user_outputs)
-    with _quiet():
+    with quiet_torch():  # the exporter logs each torchvision op it skips, and prints its steps
         program = torch.onnx.export(ep, args, kwargs=kwargs or None, dynamo=True, verbose=False,
                                     output_names=["logits"] if outputs == 1 else None)
     proto = program.model_proto

@@ -12,18 +12,21 @@ line naming the line of code and what torch.export asks for instead; nothing is 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import json
+import logging
 import re
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-from ecotrain.batch import tree_map
+from ecotrain.batch import leaves, tree_map
 from ecotrain.data.sources import iter_batches
 from ecotrain.errors import ConfigError
 
@@ -38,9 +41,11 @@ def example_inputs(task, source) -> tuple[tuple, dict]:
     batch = next(iter(iter_batches(source, 4)), None)
     if batch is None:
         raise ConfigError("export: the split to trace with is empty")
-    first = next(iter(_leaves(batch)), None)
-    if first is not None and first.ndim and first.shape[0] == 1:
-        batch = tree_map(lambda t: torch.cat([t, t]) if t.ndim else t, batch)
+    first = next(iter(leaves(batch)), None)
+    copies = 2 if first is not None and first.ndim and first.shape[0] == 1 else 1
+    # fresh tensors, not views: traced from a view, the program guards on the view's base and then fails
+    # on a plain tensor ('NoneType' object has no attribute 'size')
+    batch = tree_map(lambda t: torch.cat([t] * copies) if t.ndim else t.clone(), batch)
     if getattr(task, "xy", False) and type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor:
         return (batch[0],), {}
     inputs = getattr(task, "inputs", None)
@@ -50,12 +55,6 @@ def example_inputs(task, source) -> tuple[tuple, dict]:
                           "not tensors by position or by name (nested inputs, or a model that computes its own "
                           "loss); export the model from Python with torch.export.export")
     return tuple(args), dict(kwargs)
-
-
-def _leaves(tree) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    tree_map(out.append, tree)
-    return out
 
 
 def dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict, sequence: bool):
@@ -73,12 +72,31 @@ def dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict, sequence: bool):
     return {**{n: spec(a) for n, a in zip(names, args)}, **{k: spec(v) for k, v in kwargs.items()}}
 
 
+@contextlib.contextmanager
+def quiet_torch():
+    """torch's tracers log pages (skipped torchvision ops, symbol warnings) at WARNING and print a failed
+    trace's partial graph to stderr; what matters reaches the user as the one line of an error, so the
+    loggers are held at ERROR and stderr is set aside meanwhile."""
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.split(".")[0] == "torch"]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def trace(model: nn.Module, args: tuple, kwargs: dict, sequence: bool) -> ExportedProgram:
     """`torch.export.export` of `model` (in eval mode, on the CPU) with the run's input spec."""
     model.eval()
     try:
-        return torch.export.export(model, args, kwargs or None,
-                                   dynamic_shapes=dynamic_shapes(model, args, kwargs, sequence))
+        with quiet_torch():
+            return torch.export.export(model, args, kwargs or None,
+                                       dynamic_shapes=dynamic_shapes(model, args, kwargs, sequence))
     except Exception as exc:  # torch.export's errors span pages: one line naming the spot instead
         raise cannot_export(exc, model) from None
 
@@ -96,10 +114,10 @@ def cannot_export(exc: BaseException, model: nn.Module) -> ConfigError:
                   "value with torch._check(...); torch.export.draft_export(model, args) lists every such spot")
     elif "Constraints violated" in text:
         dims = re.search(r"Constraints violated \(([^)]*)\)", text)
-        fix = re.search(r"Suggested fixes:\s*(.+)", text, re.S)
+        fix = re.search(r"Suggested fixes:\s*(.+?)(?:\n\s*\n|$)", text, re.S)  # up to the blank line
         what = f"the model fixes the size of the dynamic dimension {dims.group(1) if dims else ''}".rstrip()
         advice = ("torch.export guidance: let the size follow the input (x.shape[0], view(-1, ...))"
-                  + (f"; it suggests {' '.join(fix.group(1).split())[:160]}" if fix else ""))
+                  + (f"; it suggests `{' '.join(fix.group(1).split())[:160]}`" if fix else ""))
     else:
         what = " ".join(f"{type(exc).__name__}: {text}".split())[:240]
         advice = "torch.export guidance: torch.export.draft_export(model, args) reports every problem at once"
