@@ -21,7 +21,7 @@ from ecotrain.accounting.report import figure, read_ledger
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
 from ecotrain.rundir import write_json
-from ecotrain.stats import seeds_to_decide, spread
+from ecotrain.stats import seeds_to_decide, sequential_interval, spread, verdict as verdict_of
 
 DEFAULT_MAX_SEEDS = 20
 
@@ -65,27 +65,71 @@ def drops(base: list[str], cand: list[str], metric: str) -> tuple[list[float], l
     return (b, c) if "loss" not in metric else (c, b)
 
 
+def sequential(look_at: Callable[[list[int], int], str], seeds: list[int], max_seeds: int,
+               avoid: set[int] = frozenset()) -> tuple[list[int], int, str]:
+    """The loop: `look_at(seeds, look)` -> verdict at look 1 on `seeds`, then one seed more per look
+    while INCONCLUSIVE and fewer than `max_seeds`. Returns (seeds, looks, verdict)."""
+    check_max_seeds(seeds, max_seeds)
+    seeds, look = list(seeds), 1
+    verdict = look_at(seeds, look)
+    while verdict == "INCONCLUSIVE" and len(seeds) < max_seeds:
+        seeds.append(next_seed(seeds, set(avoid)))
+        look += 1
+        verdict = look_at(seeds, look)
+    return seeds, look, verdict
+
+
 def until_decided(train: Callable[[list[int]], tuple[list[str], list[str]]], seeds: list[int], max_seeds: int,
                   judge: Callable[[list[str], list[str], int], tuple[str, str]], allowance: float, metric: str,
                   by: str, avoid: set[int] = frozenset()) -> Decision:
     """`train(seeds)` -> (baseline runs, candidate runs), in the seeds' order (runs finished before are
     kept); `judge(base, cand, look)` -> (report, verdict)."""
-    check_max_seeds(seeds, max_seeds)
-    seeds = list(seeds)
-    base, cand = train(seeds)
-    look, forecast, first = 1, None, len(seeds)
-    report, verdict = judge(base, cand, look)
-    hi, lo = drops(base, cand, metric)
-    d = [h - w for h, w in zip(hi, lo)]
-    forecast = seeds_to_decide(sum(d) / len(d), spread(hi, lo, paired=True), allowance)
-    while verdict == "INCONCLUSIVE" and len(seeds) < max_seeds:
-        seeds.append(next_seed(seeds, set(avoid)))
-        base, cand = train(seeds)
-        look += 1
-        report, verdict = judge(base, cand, look)
-    added = seeds[first:]
+    seen: dict = {}
+
+    def look_at(ss: list[int], look: int) -> str:
+        base, cand = train(ss)
+        seen["report"], verdict = judge(base, cand, look)
+        seen["runs"] = base, cand
+        if look == 1:
+            hi, lo = drops(base, cand, metric)
+            d = [h - w for h, w in zip(hi, lo)]
+            seen["forecast"] = seeds_to_decide(sum(d) / len(d), spread(hi, lo, paired=True), allowance)
+        return verdict
+
+    first = len(seeds)
+    seeds, looks, verdict = sequential(look_at, seeds, max_seeds, avoid)
+    base, cand = seen["runs"]
     cost = {side: sum(_cost(r, by) for r in runs[first:]) for side, runs in (("baseline", base), ("candidate", cand))}
-    return Decision(verdict, report, seeds, look, forecast, added, cost, by)
+    return Decision(verdict, seen["report"], seeds, looks, seen["forecast"], seeds[first:], cost, by)
+
+
+def until_decided_values(drop: Callable[[int], float], seeds: list[int], max_seeds: int, allowance: float,
+                         avoid: set[int] = frozenset()) -> dict:
+    """The same loop over one number per seed, `drop(seed)` (a bench's paired difference, computed
+    once per seed): PASS when the sequential interval of the drops lies within `allowance`."""
+    drops_by_seed: dict[int, float] = {}
+    shown: dict = {}
+
+    def look_at(ss: list[int], look: int) -> str:
+        for s in ss:
+            if s not in drops_by_seed:
+                drops_by_seed[s] = drop(s)
+        d = [drops_by_seed[s] for s in ss]
+        iv = sequential_interval(d, look)
+        if look == 1:
+            shown["forecast"] = seeds_to_decide(iv.mean, _sd(d), allowance)
+        shown["interval"] = iv
+        return verdict_of(iv, allowance)
+
+    seeds, looks, verdict = sequential(look_at, seeds, max_seeds, avoid)
+    iv = shown["interval"]
+    return {"verdict": verdict, "seeds": seeds, "looks": looks, "forecast": shown["forecast"],
+            "mean": iv.mean, "low": iv.low, "high": iv.high, "drops": [drops_by_seed[s] for s in seeds]}
+
+
+def _sd(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
 
 
 def _cost(run: str, by: str) -> float:

@@ -117,3 +117,18 @@ def test_the_cap_ends_an_undecided_comparison_and_a_clear_one_takes_no_more_seed
     train, trained = _runs(tmp_path / "b", clear)
     d = until_decided(train, [0, 1, 2], 20, _judge, 0.01, "test_accuracy", "flops")
     assert d.verdict == "FAIL" and d.seeds == [0, 1, 2] and trained == [0, 1, 2] and d.added_seeds == []
+
+
+def test_the_values_loop_computes_each_seed_once_and_stops_when_decided():
+    from ecotrain.decide import until_decided_values
+
+    calls = []
+
+    def drop(seed):
+        calls.append(seed)
+        return 0.05 + 0.01 * ((seed * 7) % 5 - 2)  # about 0.05, well under an allowance of 0.15
+
+    d = until_decided_values(drop, [50, 51], 20, 0.15, avoid={52})
+    assert d["verdict"] == "PASS" and d["seeds"][:2] == [50, 51] and 52 not in d["seeds"]
+    assert calls == d["seeds"] and d["looks"] == len(d["seeds"]) - 1 and d["high"] <= 0.15
+    assert until_decided_values(lambda s: 0.15 + (0.01 if s % 2 else -0.01), [0, 1], 4, 0.15)["verdict"] == "INCONCLUSIVE"
