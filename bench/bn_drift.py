@@ -155,6 +155,10 @@ def main() -> int:
     ap.add_argument("--fresh-seeds", default="10-14", help="fine-tuning seeds the test figures are reported on")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on 2 shared cores)")
     ap.add_argument("--work", help="folder for the runs (default: a temporary folder)")
+    ap.add_argument("--decide", metavar="SEEDS", help="only the headline, decided (bench/decisive.py): in `short`, "
+                    "the chosen policy (recompute) against naive from these fresh seeds on, one seed more per look "
+                    "until the gain's sequential interval is wholly above 0.03 (PASS) or below it (FAIL)")
+    ap.add_argument("--max-seeds", type=int, default=20, help="with --decide: at most this many seeds")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = Path(args.work or tempfile.mkdtemp(prefix="bn_drift-"))
@@ -221,6 +225,21 @@ def main() -> int:
             ev, tr = train_mode_accuracy(run, val.x, val.y, batches)
             out.update(val_eval=ev, val_train=tr, gap=tr - ev)
         return out
+
+    if args.decide:  # the policy was chosen on validation before (docs/finetuning.md): recompute
+        from ecotrain.decide import until_decided_values
+
+        def drop(seed: int) -> float:  # naive - recompute on the new domain's test split: minus the gain
+            naive, chosen = finetune("short", "train", seed, True), finetune("short", "recompute", seed, True)
+            print(f"bn seed {seed}: naive {naive['shifted']:.4f} recompute {chosen['shifted']:.4f} original "
+                  f"{chosen['original']:.4f}", file=sys.stderr, flush=True)
+            return naive["shifted"] - chosen["shifted"]
+
+        d = until_decided_values(drop, parse_seeds(args.decide), args.max_seeds, -0.03)
+        print(f"RESULT bn_verdict={d['verdict']} bn_seeds={','.join(map(str, d['seeds']))} bn_looks={d['looks']} "
+              f"bn_forecast={d['forecast']} bn_gain_mean={-d['mean']:.4f} bn_gain_low={-d['high']:.4f} "
+              f"bn_gain_high={-d['low']:.4f}")
+        return 0
 
     design: dict = {}
     for setting in SETTINGS:

@@ -13,13 +13,17 @@ module score.
    1 - (its final average accuracy / joint's); the claim "at least 0.85x joint" is PASS when the
    sequential interval of the shortfall lies within 0.15. Fresh seeds from 50 (chosen on seed 0,
    reported before on 10-12).
-4. `mutation_min`: the lowest module score of the last `make mutants` (build/mutants/summary.json;
+4. `bn_verdict`: BatchNorm drift in the `short` setting (docs/finetuning.md): the policy chosen on
+   validation (recompute) against naive fine-tuning, new-domain test accuracy; the claim "at least 3
+   points over naive" is PASS when the gain's sequential interval lies wholly above 0.03
+   (`bench/bn_drift.py --decide 60-62`). Fresh seeds from 60 (chosen on 0-2, reported on 10-14).
+5. `mutation_min`: the lowest module score of the last `make mutants` (build/mutants/summary.json;
    `--mutants` runs it first).
 
-    python bench/decisive.py [--only green search continual] [--max-seeds 20] [--out runs/bench-decisive]
+    python bench/decisive.py [--only green search continual bn] [--max-seeds 20] [--out runs/bench-decisive]
 
 A finished seed in OUT is kept (--resume auto), so an interrupted bench continues. Ends with
-`RESULT green_verdict=... search_verdict=... continual_verdict=... mutation_min=...` and, per
+`RESULT green_verdict=... search_verdict=... continual_verdict=... bn_verdict=... mutation_min=...` and, per
 answer, its seeds, looks, forecast and interval.
 """
 
@@ -92,6 +96,18 @@ def continual(out: Path, max_seeds: int) -> dict:
     return until_decided_values(shortfall, [50, 51, 52], max_seeds, 0.15)
 
 
+def bn(out: Path, max_seeds: int) -> dict:
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "bn_drift.py"), "--decide", "60-62", "--max-seeds",
+                        str(max_seeds), "--work", str(out / "bn")], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        sys.exit(f"bench/decisive.py: bench/bn_drift.py --decide failed:\n{r.stderr[-3000:]}")
+    got = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return {"verdict": got["bn_verdict"], "seeds": [int(x) for x in got["bn_seeds"].split(",")],
+            "looks": int(got["bn_looks"]), "forecast": got["bn_forecast"],
+            "line": f"gain {got['bn_gain_mean']} [{got['bn_gain_low']}, {got['bn_gain_high']}]"}
+
+
 def mutation_min(run: bool) -> str:
     if run:
         subprocess.run(["make", "mutants"], cwd=ROOT, check=False)
@@ -103,15 +119,15 @@ def mutation_min(run: bool) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", nargs="*", choices=["green", "search", "continual"], default=None)
+    ap.add_argument("--only", nargs="*", choices=["green", "search", "continual", "bn"], default=None)
     ap.add_argument("--max-seeds", type=int, default=20)
     ap.add_argument("--mutants", action="store_true", help="run `make mutants` first (long)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-decisive")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    only = args.only or ["green", "search", "continual"]
+    only = args.only or ["green", "search", "continual", "bn"]
     found, t0 = {}, time.perf_counter()
-    for name, fn in (("green", green), ("search", search), ("continual", continual)):
+    for name, fn in (("green", green), ("search", search), ("continual", continual), ("bn", bn)):
         if name in only:
             found[name] = fn(args.out, args.max_seeds)
             f = found[name]
@@ -119,7 +135,7 @@ def main() -> None:
                   f"{f.get('forecast')}) {f.get('line', '')}", flush=True)
     (args.out / "decisive.json").write_text(json.dumps(found, indent=1))
     print(f"wall: {time.perf_counter() - t0:.0f} s")
-    said = " ".join(f"{n}_verdict={found[n]['verdict']}" for n in ("green", "search", "continual") if n in found)
+    said = " ".join(f"{n}_verdict={found[n]['verdict']}" for n in ("green", "search", "continual", "bn") if n in found)
     seeds = " ".join(f"{n}_seeds={len(found[n].get('seeds') or [])}" for n in found)
     print(f"RESULT {said} mutation_min={mutation_min(args.mutants)} {seeds}")
 
