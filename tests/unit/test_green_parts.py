@@ -34,18 +34,29 @@ def test_levers_follow_the_recipe():
 
 def test_trial_values_become_overrides_that_load():
     cfg = load_config(CNN)
-    params = {"samples": 0.3, "batch": 25, "width": 0.8, "prune": 0.3, "keep": 0.5, "ema": True, "stability": False}
+    params = {"samples": 0.3, "batch": 25, "width": 0.8, "prune": 0.3, "keep": 0.5, "stability": True}
     over = space.to_overrides(cfg, params, base_samples=600_000, evals=4)
     got = load_config(CNN, over)
     assert got.data.batch_size == 25 and got.loop.max_steps == 7200  # 0.3 x 600k samples / 25
     assert got.loop.eval_every == 1800 and got.loop.max_epochs is None
     assert got.model.kwargs["channels"] == 20
-    assert [m.name for m in got.methods] == ["prune", "selective_backprop", "ema"]
+    assert [m.name for m in got.methods] == ["prune", "selective_backprop", "stability_stop"]
     assert got.methods[0].end_step == 3600
     assert space.predicted_cost(params) is None  # the width changes the per-sample work: unknown before training
     assert space.predicted_cost({"samples": 0.3, "batch": 25, "ema": True}) == 0.3
     assert space.batch_choices(100) == [16, 25, 32, 50, 75, 100]
     assert space.batch_choices(20) == [8, 10, 15, 20]
+
+
+def test_the_search_never_proposes_pruning_with_ema():
+    """Prune refuses EMA (methods/prune.py): a trial proposing both ended the whole search with a
+    config error; EMA is proposed only where pruning is off."""
+    import optuna
+
+    chosen = [space.Lever("prune", ""), space.Lever("ema", "")]
+    on = space.suggest(optuna.trial.FixedTrial({"prune": 0.3, "ema": True}), chosen, 100)
+    off = space.suggest(optuna.trial.FixedTrial({"prune": 0.0, "ema": True}), chosen, 100)
+    assert on == {"prune": 0.3} and off == {"prune": 0.0, "ema": True}
 
 
 def test_a_short_schedule_gets_a_short_warmup():

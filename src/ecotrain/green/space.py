@@ -88,7 +88,7 @@ def suggest(trial, chosen: list[Lever], base_batch: int) -> dict:
         p["prune"] = trial.suggest_categorical("prune", list(PRUNE_AMOUNTS))
     if "selective" in names:
         p["keep"] = trial.suggest_categorical("keep", list(KEEP))
-    if "ema" in names:
+    if "ema" in names and not p.get("prune"):  # prune refuses EMA (methods/prune.py): never propose both
         p["ema"] = trial.suggest_categorical("ema", [False, True])
     if "stability" in names:
         p["stability"] = trial.suggest_categorical("stability", [False, True])
