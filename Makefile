@@ -57,7 +57,8 @@ clean:
 # gate, replay, EWC, BatchNorm): mutmut mutates each one and runs only its own unit tests against every
 # mutant, in a scratch copy under build/mutants/ (the module -> tests mapping is in tests/mutants.py).
 # Installed here, not in the test extra: mutmut brings textual and libcst. Some modules only:
-# `make mutants MUTANTS="gate ewc"`; MUTANT_JOBS=1 for one worker (default 2).
+# `make mutants MUTANTS="gate ewc"`; MUTANT_JOBS=1 for one worker (default 2). Ends with one table
+# (score = killed / (mutants - equivalents), the total and the minimum) and build/mutants/summary.json.
 .PHONY: mutants
 MUTANTS ?=
 $(BIN)/mutmut: $(STAMP)

@@ -42,3 +42,25 @@ def test_plan_cli(cli):
     assert r.returncode == 0, r.stderr
     for word in ("parameters", "gradients", "optimizer state", "activations", "measured", "levers"):
         assert word in r.stdout
+
+
+def test_estimates_order_the_levers_and_the_eval_batch_follows_the_plan():
+    from ecotrain.memory.offload import MIN_BYTES
+    from ecotrain.stepplan import StepPlan
+
+    cfg = load_config(None, TEXT)
+    bundle = load_data(cfg)
+    model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
+    blocks = [(f"blocks.{i}", b) for i, b in enumerate(model.blocks)]
+    x, y = bundle.train.take(torch.arange(6))
+    m = measure_saved(model, LanguageModelTask(), x, y, Precision("fp32", torch.device("cpu")), blocks)
+    every = {n for n, _ in blocks}
+    off, whole, sel = _activations(m, set()), _activations(m, every), _activations(m, every, "matmuls")
+    assert whole < sel < off  # selective recompute keeps the matmul outputs: between none and whole blocks
+    assert all(m["attention"][n] < m["matmul"][n] < m["saved"][n] for n in every)
+    offloaded = _activations(m, set(), offloaded=every)
+    big = sum(v for v in m["offloadable"].values())
+    assert big > 0 and all(v == 0 or v >= MIN_BYTES for v in m["offloadable"].values())
+    assert offloaded == pytest.approx(off - big + max(m["offloadable"].values()))
+    assert StepPlan.resolve(cfg).eval_batch == 6 * 4
+    assert StepPlan.resolve(load_config(None, [*TEXT, "memory.eval_batch_size=3"])).eval_batch == 3

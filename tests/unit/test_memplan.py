@@ -74,7 +74,7 @@ def test_candidates_combine_policy_offload_and_micro_batches_within_the_levers_a
     assert not [c for c in cs if c.checkpointing == "all" and c.offload != "off"]
     sel = next(c for c in cs if c.key == "every_n:2+matmuls/2/fp32/offload")
     assert sel.n_checkpointed == 3 and sel.n_offloaded == 3 and sel.eval_batch == 4
-    assert sel.describe(8) == ("selective recompute (matmuls kept) of 3 blocks (every_n=2), offload of the other 3, "
+    assert sel.describe(8) == ("selective recompute of 3 blocks (every_n=2), offload of the other 3, "
                                "2 micro-batches of 4, fp32")
     exact = candidates(6, False, 8, 1, 1, "fp32", False, ("checkpoint", "selective", "offload"))
     assert {c.micro_batches for c in exact} == {1}  # micro-batches left out: one forward per step, as configured
@@ -172,6 +172,13 @@ def test_search_moves_on_when_a_prediction_was_too_low():
     assert calls.index("off/4/fp32") == calls.index("off/2/fp32") + 1  # its group's next plan, measured next
     assert s.chosen.candidate.key != "off/2/fp32"
     assert s.chosen is not None and s.chosen.peak_bytes <= s.usable
+
+
+def test_a_group_measured_under_its_prediction_tries_fewer_micro_batches_next():
+    table = {**TRUE, "every_n:2/2/fp32": (420, 1.12), "every_n:2/1/fp32": (560, 1.05)}
+    s, calls = run_search(600, table)  # usable 570 MiB: every_n:2/1 predicted 690, over
+    assert calls[:3] == ["off/1/fp32", "every_n:2/2/fp32", "every_n:2/1/fp32"]  # 420 measured: 530 corrected
+    assert s.chosen.candidate.key == "every_n:2/1/fp32" and s.chosen.predicted_bytes < 600 * MiB
 
 
 def test_no_plan_fits_says_the_smallest_peak_and_the_next_lever():

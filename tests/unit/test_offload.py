@@ -85,8 +85,9 @@ class _Task:
 
 
 PEAK = """
-import resource, sys, torch
+import sys, torch
 from ecotrain.memory.levers import find_blocks, release_freed_memory
+from ecotrain.memory.measure import peak_rss
 from ecotrain.memory.offload import apply_offload
 from ecotrain.models.charlm import CharLM
 from ecotrain.precision import Precision
@@ -97,7 +98,7 @@ x = torch.randint(0, 32, (8, 1024))
 if sys.argv[1] == "on":
     apply_offload(find_blocks(m), sys.argv[2])
 m(x).sum().backward()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(peak_rss())  # VmHWM: ru_maxrss would carry pytest's own peak into the child
 """
 
 
@@ -125,3 +126,29 @@ def test_configure_memory_offloads_the_blocks_not_checkpointed(tmp_path):
     g0, g1 = _grads(plain, x, y), _grads(model, x, y)
     assert all(torch.equal(g0[n], g1[n]) for n in g0)
     assert apply_activation_checkpointing(_lm(), "off") == []
+
+
+def test_a_storage_written_in_place_is_stored_again(tmp_path):
+    # pins the private Tensor._version the dedup relies on: views share it, an in-place op bumps it
+    o = Offloader(tmp_path, min_bytes=0)
+    x = torch.randn(64, 64)
+    view = x[:8]
+    first = o.pack(x)
+    assert view._version == x._version
+    assert o.pack(view).stored is first.stored  # same storage, unchanged: one record
+    x.mul_(2)
+    assert view._version == x._version
+    again = o.pack(x)
+    assert again.stored is not first.stored and torch.equal(o.unpack(again), x)
+
+
+def test_a_worker_peak_does_not_inherit_its_parents():
+    # Linux carries the parent's peak into a child's ru_maxrss at exec; memory.budget's workers read VmHWM
+    big = bytearray(900 * 2**20)
+    big[::4096] = b"\1" * len(big[::4096])  # touched: resident
+    code = ("import resource; from ecotrain.memory.measure import peak_rss; "
+            "print(peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    del big
+    mine, inherited = map(int, r.stdout.split())
+    assert inherited >= 900 * 2**20 > mine

@@ -7,7 +7,9 @@ prints one JSON line and exits without the final evaluation. Two callers: `measu
 candidate: the run's config with the candidate's levers) and `measure_config` (`ecotrain plan`'s
 measured line: the config exactly as written). Peak (device.memory_peaks, as the ledger reads it):
 on CPU the process's peak RSS (`ru_maxrss`, which never goes down: hence one process per plan); on
-CUDA the allocator's `max_memory_allocated` (and `max_memory_reserved`, what its cache held). Step
+CUDA the allocator's `max_memory_allocated` (and `max_memory_reserved`, what its cache held); on CPU
+the peak is read as /proc's VmHWM (`peak_rss`), which, unlike `ru_maxrss`, does not inherit the
+parent's peak. Step
 time: the fastest step after the first (which allocates the optimizer state and, with the ledger
 on, counts FLOPs). A memory.budget candidate then evaluates a few batches at its evaluation batch, and
 the peak after that is its `eval_peak_bytes`.
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -124,6 +126,20 @@ def measure_config(cfg) -> JobResult:
                     "estimate": None, "usable": float("inf"), "eval_batches": 0})
 
 
+def peak_rss() -> int:
+    """This process's peak RSS since its `exec`: /proc's VmHWM. Not `ru_maxrss`: Linux carries the
+    spawning process's peak into the child's `ru_maxrss` at exec, so a worker started by a large
+    parent (a notebook, the bench, pytest) would report at least the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return host_peak_rss() or 0  # not Linux: the rusage figure is the best there is
+
+
 def _rss_now() -> int:
     try:
         with open("/proc/self/statm") as f:
@@ -166,20 +182,36 @@ def estimates(cfg) -> tuple[dict, int]:
 # ---------------------------------------------------------------- choosing for a run
 
 
-def run_search(cfg) -> planner.Search:
-    """Measure and choose for `cfg` (its `memory.budget` set)."""
+def first_candidate(cfg) -> Candidate:
+    """The least constrained plan: no checkpointing, the configured micro-batches and precision."""
     batch = cfg.data.batch_size * cfg.loop.accumulate
-    eval_default = eval_batch_size(cfg)
-    first = Candidate("off", cfg.loop.accumulate, cfg.precision,
-                      eval_batch=planner.eval_batch_of(eval_default, batch, cfg.loop.accumulate))
+    return Candidate("off", cfg.loop.accumulate, cfg.precision,
+                     eval_batch=planner.eval_batch_of(eval_batch_size(cfg), batch, cfg.loop.accumulate))
+
+
+def run_search(cfg, memo: Optional[dict] = None) -> planner.Search:
+    """Measure and choose for `cfg` (its `memory.budget` set). `memo` (candidate key -> what `measure`
+    returned), shared by searches of one config at several budgets, measures each plan once (a
+    plan's peak and time do not depend on the budget; bench/memory_budget.py)."""
+    batch = cfg.data.batch_size * cfg.loop.accumulate
 
     def expand(info: Baseline) -> list[Candidate]:
         return planner.candidates(info.n_blocks, planner.names_modules(cfg), batch, cfg.loop.accumulate,
                                   cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change,
-                                  cfg.memory.budget_levers, eval_default)
+                                  cfg.memory.budget_levers, eval_batch_size(cfg))
 
-    return planner.search(first, expand, cfg.memory.budget, cfg.memory.budget_margin,
-                          lambda c, is_first: measure(cfg, c, is_first), cfg.memory.search_candidates)
+    def measured(c: Candidate, first: bool):
+        hit = memo.get(c.key) if memo is not None else None
+        if hit is None or (first and not isinstance(hit, tuple)) or (first and not hit[1].activations):
+            hit = measure(cfg, c, first)
+            if memo is not None:
+                memo[c.key] = hit
+        if isinstance(hit, tuple) and not first:
+            hit = hit[0]
+        return (replace(hit[0]), hit[1]) if isinstance(hit, tuple) else replace(hit)
+
+    return planner.search(first_candidate(cfg), expand, cfg.memory.budget, cfg.memory.budget_margin, measured,
+                          cfg.memory.search_candidates)
 
 
 def with_offload_dir(cfg, run_dir: Path):

@@ -20,6 +20,8 @@ storages as bfloat16: half the bytes, gradients no longer exact.
 
 Not offloaded: parameters and other leaves that require grad (alive anyway), storages under
 `MIN_BYTES` (a syscall or a copy costs more than they save), tensors on other devices.
+`Tensor._version` (private; pinned by tests/unit/test_offload.py) tells a storage written in place
+since it was stored from one that was not.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class PinnedStore:
     """CUDA: storages copied to pinned host memory on a side stream."""
 
     def __init__(self, device: torch.device):
-        self.stream = torch.cuda.Stream(device)
+        self.device, self.stream = device, torch.cuda.Stream(device)
         self.live = 0
 
     def release(self) -> None:
@@ -123,7 +125,7 @@ class PinnedStore:
     def get(self, where, nbytes: int) -> torch.Tensor:
         host, done = where
         torch.cuda.current_stream().wait_event(done)
-        return host.to(torch.cuda.current_device(), non_blocking=True)
+        return host.to(self.device, non_blocking=True)
 
 
 class Offloader:
@@ -133,7 +135,7 @@ class Offloader:
         self.folder, self.lossy, self.min_bytes = folder, lossy, min_bytes
         self.stores: dict = {}
         self.params: set[int] = set()
-        self.recent: dict[int, tuple] = {}  # storage pointer -> weakrefs (a packed tensor, its _Stored)
+        self.recent: dict[int, tuple] = {}  # storage pointer -> (weakref of a packed tensor, its version, of its _Stored)
         self.bytes_offloaded = 0  # over the process (for tests and the bench)
 
     def store(self, device: torch.device):
@@ -150,14 +152,15 @@ class Offloader:
         if nbytes < self.min_bytes or ptr in self.params:
             return t
         hit = self.recent.get(ptr)
-        # a live tensor on this storage proves it was not freed and reused: views share one record
-        stored = hit[1]() if hit is not None and hit[0]() is not None else None
+        # a live tensor on this storage proves it was not freed and reused, and an unchanged version
+        # counter (shared by views) that it was not written in place since: views share one record
+        stored = hit[2]() if hit is not None and hit[0]() is not None and hit[1] == t._version else None
         if stored is None:
             raw = torch.empty(0, dtype=torch.uint8, device=dev).set_(storage)
             lossy = self.lossy and t.dtype == torch.float32 and nbytes % 4 == 0
             data = raw.view(torch.float32).to(torch.bfloat16) if lossy else raw
             stored = _Stored(self.store(dev), self.store(dev).put(data), nbytes, t.dtype, dev, lossy)
-            self.recent[ptr] = (weakref.ref(t), weakref.ref(stored))  # weak: autograd owns the record
+            self.recent[ptr] = (weakref.ref(t), t._version, weakref.ref(stored))  # weak: autograd owns the record
             self.bytes_offloaded += nbytes
         return _View(stored, t)
 

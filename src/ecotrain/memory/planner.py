@@ -71,7 +71,7 @@ class Candidate:
         return self.checkpointing, self.policy, self.offload, self.precision
 
     def describe(self, batch: int) -> str:
-        how = "selective recompute (matmuls kept) of" if self.policy == "matmuls" else "checkpointing"
+        how = "selective recompute of" if self.policy == "matmuls" else "checkpointing"
         ck = {"off": "no checkpointing", "all": f"{how} every block"}.get(self.checkpointing)
         if ck is None:
             ck = (f"{how} {self.n_checkpointed} block{'s' if self.n_checkpointed > 1 else ''} "
@@ -205,17 +205,43 @@ def choose(measured: Sequence[Measured], usable: float) -> Optional[Measured]:
     return min(ok, key=lambda m: (m.cost, m.top)) if ok else None
 
 
-def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set) -> list[Candidate]:
+def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set,
+               measured: Sequence[Measured] = ()) -> list[Candidate]:
     """Per group of levers (all but the micro-batches), the fewest micro-batches predicted to fit: the
-    plans that nothing cheaper dominates. Largest predicted peak first: the plans that use most of the
-    budget recompute, offload and cut the least."""
+    plans that nothing cheaper dominates (a plan with more micro-batches than a measured one that fits
+    is not one of them). Largest predicted peak first: the plans that use most of the budget recompute,
+    offload and cut the least."""
+    fitted = {}
+    for m in measured:
+        if fits(m, usable):
+            fitted[m.candidate.group] = min(fitted.get(m.candidate.group, m.candidate.micro_batches),
+                                            m.candidate.micro_batches)
     best: dict[tuple, Candidate] = {}
     for c in cands:
         p = predicted.get(c.key)
         group = c.group
-        if p is not None and p <= usable * PREDICT_SLACK and group not in best:
+        if c.key in done or group in best or c.micro_batches >= fitted.get(group, c.micro_batches + 1):
+            continue
+        if p is not None and p <= usable * PREDICT_SLACK:
             best[group] = c  # candidates come in rising micro-batch order within a group
-    return sorted((c for c in best.values() if c.key not in done), key=lambda c: -predicted[c.key])
+    return sorted(best.values(), key=lambda c: -predicted[c.key])
+
+
+def corrected(raw: dict, cands: Sequence[Candidate], measured: Sequence[Measured], fixed: int) -> dict:
+    """The predictions, each group's scaled by how far its measured plans' activations were from their
+    own predictions (the estimate misses per-lever effects: allocator slack, a micro-batch's loss
+    buffers). `fixed`: the bytes no lever changes (process, model state)."""
+    ratio: dict[tuple, float] = {}
+    for m in measured[1:]:  # the baseline calibrated the raw predictions: its ratio is 1
+        p = raw.get(m.candidate.key)
+        if p is not None and p > fixed:
+            ratio[m.candidate.group] = max(0.0, m.peak_bytes - fixed) / (p - fixed)
+    out = dict(raw)
+    for c in cands:
+        r = ratio.get(c.group)
+        if r is not None and raw.get(c.key) is not None:
+            out[c.key] = int(fixed + r * max(0, raw[c.key] - fixed))
+    return out
 
 
 def smallest_first(cands: Sequence[Candidate], predicted: dict, done: set) -> list[Candidate]:
@@ -232,26 +258,31 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
     base, info = measure(first, True)
     cands = expand(info)
     measured, done = [base], {base.candidate.key}
-    predicted = {c.key: predict(base, info, c.key) for c in cands}
+    raw = {c.key: predict(base, info, c.key) for c in cands}
+    fixed = info.start_bytes + info.state_bytes
+    predicted = raw
     if not fits(base, usable):
-        queue = to_measure(cands, predicted, usable, done)
-        while queue and len(measured) <= limit:
-            c = queue.pop(0)
+        nxt: list = []
+        while len(measured) <= limit:
+            predicted = corrected(raw, cands, measured, fixed)  # each measurement sharpens its group's
+            queue = nxt or to_measure(cands, predicted, usable, done, measured)
+            if not queue:
+                break
+            c = queue[0]
             m = measure(c, False)
             m.predicted_bytes = predicted.get(c.key)
             measured.append(m)
             done.add(c.key)
-            if not fits(m, usable):  # the prediction was too low: the next candidate of its group
-                nxt = [d for d in cands if d.group == c.group
-                       and d.micro_batches > c.micro_batches and d.key not in done][:1]
-                queue = nxt + [q for q in queue if q not in nxt]
+            # over: the prediction was too low; the next candidate of its group is measured next
+            nxt = [] if fits(m, usable) else [d for d in cands if d.group == c.group
+                                               and d.micro_batches > c.micro_batches and d.key not in done][:1]
         if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
             rest = smallest_first(cands, predicted, done)
             if rest:
                 m = measure(rest[0], False)
                 m.predicted_bytes = predicted.get(rest[0].key)
                 measured.append(m)
-    base.predicted_bytes = predicted.get(base.candidate.key)
+    base.predicted_bytes = raw.get(base.candidate.key)
     return Search(budget, margin, measured, choose(measured, usable), time.perf_counter() - t0, info.state_bytes)
 
 
@@ -324,15 +355,16 @@ def none_fits_line(s: Search, batch: int) -> str:
 
 
 def format_search(s: Search, batch: int) -> str:
+    w = max([62] + [len(m.candidate.describe(batch)) for m in s.measured])
     lines = [f"memory budget {fmt_bytes(s.budget)} (usable {fmt_bytes(s.usable)}, margin {s.margin:g}): "
              f"{len(s.measured)} plan(s) measured in {s.seconds:.1f} s",
-             f"  {'plan':<80} {'peak':>10} {'+eval':>10} {'predicted':>10} {'s/step':>8} {'CPU-s':>7}"]
+             f"  {'plan':<{w}} {'peak':>10} {'+eval':>10} {'predicted':>10} {'s/step':>8} {'CPU-s':>7}"]
     front = {id(m) for m in pareto(s.measured)}
     for m in s.measured:
         mark = "*" if m is s.chosen else "p" if id(m) in front else " "
         pred = fmt_bytes(m.predicted_bytes) if m.predicted_bytes else "-"
         ev = fmt_bytes(m.eval_peak_bytes) if m.eval_peak_bytes else "-"
-        lines.append(f"{mark} {m.candidate.describe(batch):<80} {fmt_bytes(m.peak_bytes):>10} {ev:>10} {pred:>10} "
+        lines.append(f"{mark} {m.candidate.describe(batch):<{w}} {fmt_bytes(m.peak_bytes):>10} {ev:>10} {pred:>10} "
                      f"{m.step_seconds:8.2f} {m.cpu_seconds if m.cpu_seconds is not None else float('nan'):7.2f}"
                      f"{'' if fits(m, s.usable) else '  over'}")
     if s.chosen:

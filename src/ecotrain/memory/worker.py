@@ -8,7 +8,7 @@ A program on top of the trainer, so the planner itself (memplan_measure) never i
 With `eval_batches` in the job, the worker then evaluates that many batches of the validation split
 (the training split when there is none) at the plan's evaluation batch, as the run's evaluation
 does (`loop.evaluate`, no gradients), and reports the peak after it as `eval_peak_bytes`: on CUDA the
-allocator's peak since the training steps, on CPU the process's peak RSS, which includes training's
+allocator's peak since the training steps, on CPU the process's peak RSS (VmHWM), which includes training's
 (RSS peaks never go down), less the second copy of the data loaded for it.
 """
 
@@ -25,10 +25,10 @@ import torch
 from ecotrain.callbacks import Callback
 from ecotrain.config import Config
 from ecotrain.data import load_data
-from ecotrain.device import host_peak_rss, memory_peaks
+from ecotrain.device import memory_peaks
 from ecotrain.errors import EcotrainError
 from ecotrain.loop import evaluate
-from ecotrain.memory.measure import _rss_now, estimates
+from ecotrain.memory.measure import _rss_now, estimates, peak_rss
 from ecotrain.memory.estimate import _optim_states
 from ecotrain.trainer import fit
 
@@ -52,7 +52,7 @@ def worker(folder: Path) -> None:
                 torch.cuda.reset_peak_memory_stats(state.device)
                 self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
             else:
-                self.start, self.start_peak = _rss_now(), host_peak_rss()
+                self.start, self.start_peak = _rss_now(), peak_rss()
 
         def on_step_start(self, state):
             self.t0, self.c0 = time.perf_counter(), time.process_time()
@@ -64,7 +64,7 @@ def worker(folder: Path) -> None:
                 return
             cuda = state.device.type == "cuda"
             peaks = memory_peaks(state.device)  # the same figures as the run's ledger
-            peak = peaks["gpu_peak_allocated_bytes"] if cuda else peaks["host_peak_rss_bytes"]
+            peak = peaks["gpu_peak_allocated_bytes"] if cuda else peak_rss()  # CPU: not the ledger's ru_maxrss
             fastest = min(range(1, len(self.times)), key=self.times.__getitem__)
             out = {"peak_bytes": int(peak), "step_seconds": self.times[fastest],
                    "cpu_seconds": None if cuda else min(self.cpu[1:]), "device_type": state.device.type,
@@ -110,7 +110,7 @@ def eval_peak(state, batches: int) -> int:
              state.device, state.precision)
     if cuda:
         return int(torch.cuda.max_memory_allocated(state.device))
-    return int(max(0, host_peak_rss() - copy))
+    return int(max(0, peak_rss() - copy))
 
 
 if __name__ == "__main__":
