@@ -7,8 +7,9 @@ FLOP-counting first step defeats checkpointing; docs/memory.md), a fixed thread 
 1. the no-checkpointing plan's peak and step time, in a fresh process (memory.measure.measure);
 2. the search at each budget (memory.measure.run_search, as `fit` and `ecotrain plan --budget` run it);
    every measured plan also evaluates 2 batches at its evaluation batch, and that peak counts;
-3. selective recompute of every block against whole-block checkpointing of the block count whose
-   estimated activations are closest (memory/estimate.py), both measured in fresh processes;
+3. selective recompute of every block against whole-block checkpointing at the same peak: every
+   whole-block plan (none, 1, 2, 3, ... all blocks) measured in a fresh process, its CPU seconds
+   interpolated at the selective plan's measured peak;
 4. one training step of the recipe's model with activation offload and one without, in this process:
    the gradients compared with `torch.equal`;
 5. the 50% budget's chosen plan trained by `fit` for `--loss-steps` steps beside the unconstrained
@@ -16,7 +17,7 @@ FLOP-counting first step defeats checkpointing; docs/memory.md), a fixed thread 
 `within_budget`: the chosen plan's measured peak (evaluation's included) / budget, at 30/50/75%.
 `time_ratio_at_50`: the chosen plan's wall time per step / the no-budget plan's, both measured in
 that search (`cpu_time_ratio_at_50` the same in CPU seconds, steadier on a shared machine).
-`sac_vs_block_time`: step 3's CPU-seconds ratio, selective over whole-block (both peaks printed).
+`sac_vs_block_time`: step 3's CPU-seconds ratio, selective over whole-block at equal peak.
 `offload_grad_identical`: step 4. `eval_in_budget`: at every budget, the chosen plan's peak after
 evaluation <= the budget. `search_seconds`: the wall time of the 50% search's measuring processes (`search_share`: over the
 demo run's, the recipe's `loop.max_steps` steps at the chosen plan's measured step time). Each plan
@@ -108,23 +109,33 @@ def offload_grads_identical(args) -> bool:
 
 
 def sac_vs_block(args, memo: dict) -> tuple[float, str]:
-    """CPU-seconds ratio of selective recompute of every block over the whole-block plan whose estimated
-    peak is closest, each measured in a fresh process; and a line that says both."""
+    """CPU seconds per step of selective recompute of every block over whole-block checkpointing's at
+    the same measured peak: the whole-block plans (no checkpointing, 1, 2, 3 ... every block) are each
+    measured in a fresh process and their (peak, CPU-s) points interpolated at the selective plan's
+    peak (plans come in steps of a block: no whole-block plan lands on that peak itself)."""
     cfg = config(args, 3, budget="1000GiB")
-    est, n_blocks = estimates(cfg)
+    _, n_blocks = estimates(cfg)
     sel = Candidate("all", 1, "fp32", n_blocks, "matmuls")
-    levels = [Candidate(level, 1, "fp32", count) for level, count in checkpoint_levels(n_blocks, False)
-              if level != "off"]  # whole-block checkpointing of each distinct block count
-    block = min(levels, key=lambda c: abs(est[c.key] - est[sel.key]))
-    for c in (sel, block):
+    blocks = [Candidate(level, 1, "fp32", count) for level, count in checkpoint_levels(n_blocks, False)]
+    for c in (sel, *blocks):
         if c.key not in memo:
             memo[c.key] = measure(cfg, c, False)
-    a, b = memo[sel.key], memo[block.key]
+    pick = lambda c: memo[c.key][0] if isinstance(memo[c.key], tuple) else memo[c.key]  # noqa: E731
+    a = pick(sel)
+    pts = sorted((pick(c).peak_bytes, pick(c).cpu_seconds, c) for c in blocks)
+    below = [p for p in pts if p[0] <= a.peak_bytes]
+    above = [p for p in pts if p[0] > a.peak_bytes]
+    if below and above:
+        (p0, t0, c0), (p1, t1, c1) = below[-1], above[0]
+        at = t0 + (t1 - t0) * (a.peak_bytes - p0) / (p1 - p0)
+        how = (f"interpolated between {c0.describe(args.batch)} ({fmt_bytes(p0)}, {t0:.2f} CPU-s) and "
+               f"{c1.describe(args.batch)} ({fmt_bytes(p1)}, {t1:.2f} CPU-s)")
+    else:  # outside the whole-block plans' range: the nearest one
+        p0, at, c0 = min(pts, key=lambda p: abs(p[0] - a.peak_bytes))
+        how = f"nearest: {c0.describe(args.batch)} ({fmt_bytes(p0)}), outside the whole-block range"
     line = (f"{sel.describe(args.batch)}: peak {fmt_bytes(a.peak_bytes)}, {a.cpu_seconds:.2f} CPU-s "
-            f"({a.step_seconds:.2f} s)/step; {block.describe(args.batch)}: peak {fmt_bytes(b.peak_bytes)}, "
-            f"{b.cpu_seconds:.2f} CPU-s ({b.step_seconds:.2f} s)/step (estimated activations "
-            f"{fmt_bytes(est[sel.key])} vs {fmt_bytes(est[block.key])})")
-    return a.cpu_seconds / b.cpu_seconds, line
+            f"({a.step_seconds:.2f} s)/step; whole-block checkpointing at that peak: {at:.2f} CPU-s/step ({how})")
+    return a.cpu_seconds / at, line
 
 
 def main() -> None:

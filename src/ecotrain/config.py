@@ -232,6 +232,8 @@ class MemoryConfig(_Section):
     # saved activations of the blocks not checkpointed go to host memory (CUDA) or a file in the run
     # folder (CPU) (memory/offload.py); bf16: stored as bfloat16 (lossy: needs allow_precision_change)
     activation_offload: Literal["off", "on", "bf16"] = "off"
+    # how many of those blocks are offloaded, from the first (a finer step for memory.budget); None: all
+    offload_blocks: Optional[int] = Field(None, ge=1)
     offload_dir: Optional[str] = None  # where CPU offload writes; None: the run folder
     eval_batch_size: Optional[int] = Field(None, gt=0)  # evaluation's batch; None: data.batch_size * 4
     # the levers memory.budget may pull (micro_batches out: the same data per forward, bit-identical losses)

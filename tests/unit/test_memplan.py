@@ -10,8 +10,8 @@ import pytest
 
 from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError, EcotrainError
-from ecotrain.memory.planner import (PLAN_FILE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
-                              choose, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
+from ecotrain.memory.planner import (PLAN_FILE, TIE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
+                              choose, corrected, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
 from ecotrain.memory.measure import for_run
 
 MiB = 2**20
@@ -68,14 +68,19 @@ def test_candidates_first_is_the_least_constrained_and_precision_only_when_allow
 def test_candidates_combine_policy_offload_and_micro_batches_within_the_levers_allowed():
     cs = candidates(6, False, 8, 1, 1, "fp32", False, eval_default=32)
     assert cs[0] == Candidate("off", 1, "fp32", 0, eval_batch=8)
-    # levels off, 1, 2, 3 blocks, all; two policies when checkpointing; offload unless every block is checkpointed
-    assert len(cs) == (2 + 3 * 2 * 2 + 2 * 1) * 4 and len({c.key for c in cs}) == len(cs)
+    # levels off, 1, 2, 3 blocks, all; two policies when checkpointing; offload of the first 1..all of
+    # the blocks not checkpointed (6 of 6, 5, 4, 3 of them), none when every block is checkpointed
+    assert len(cs) == ((1 + 6) + 2 * ((1 + 5) + (1 + 4) + (1 + 3)) + 2 * 1) * 4 and len({c.key for c in cs}) == len(cs)
     assert {c.offload for c in cs} == {"off", "on"}  # bf16 offload only with allow_precision_change
     assert not [c for c in cs if c.checkpointing == "all" and c.offload != "off"]
     sel = next(c for c in cs if c.key == "every_n:2+matmuls/2/fp32/offload")
     assert sel.n_checkpointed == 3 and sel.n_offloaded == 3 and sel.eval_batch == 4
     assert sel.describe(8) == ("selective recompute of 3 blocks (every_n=2), offload of the other 3, "
                                "2 micro-batches of 4, fp32")
+    part = next(c for c in cs if c.key == "every_n:2+matmuls/1/fp32/offload:2")
+    assert part.offload_blocks == 2 and part.describe(8) == (
+        "selective recompute of 3 blocks (every_n=2), offload of 2 of the other blocks, 1 micro-batch of 8, fp32")
+    assert applied(load_config(None, []), part).memory.offload_blocks == 2
     exact = candidates(6, False, 8, 1, 1, "fp32", False, ("checkpoint", "selective", "offload"))
     assert {c.micro_batches for c in exact} == {1}  # micro-batches left out: one forward per step, as configured
     assert {c.offload for c in candidates(6, False, 8, 1, 1, "fp32", True)} == {"off", "on", "bf16"}
@@ -116,6 +121,26 @@ def test_choose_fastest_that_fits_with_margin():
     assert choose(ms, 650 * MiB).candidate.key == "all/1/fp32"
     assert choose(ms, 500 * MiB) is None
     assert [x.candidate.key for x in pareto(ms)] == ["all/1/fp32", "off/2/fp32", "off/1/fp32"]
+
+
+def test_a_tie_in_step_cost_goes_to_the_fuller_plan():
+    # within TIE (3%) of the fastest the step costs are one measurement's noise: the fuller plan wins
+    full, lean = m("every_n:2", 1, 900, 1.02), m("all", 1, 600, 1.0)
+    assert choose([lean, full], 950 * MiB) is full
+    slower = m("every_n:2", 1, 900, 1.0 * (1 + TIE) + 0.01)
+    assert choose([lean, slower], 950 * MiB) is lean  # past the tie: the fastest
+    assert choose([lean, full], 800 * MiB) is lean  # the fuller one does not fit
+
+
+def test_corrections_reach_families_not_measured_yet():
+    a = Candidate("every_n:2", 1, "fp32", 3, "attention", "on", 2, offload_blocks=2)
+    b = Candidate("every_n:2", 1, "fp32", 3, "attention", "on", 3)  # same family, all 3 offloaded
+    c = Candidate("all", 1, "fp32", 6)  # another family, never measured
+    raw = {"off/1/fp32": 2000, a.key: 1100, b.key: 1000, c.key: 800}
+    base = Measured(Candidate("off", 1, "fp32"), 2000, 1.0)
+    got = corrected(raw, [a, b, c], [base, Measured(a, 1300, 1.0)], 500)  # a measured 1.33x its estimate above 500
+    assert a.family == b.family and a.group != b.group
+    assert got[b.key] == int(500 + (800 / 600) * 500) and got[c.key] == int(500 + (800 / 600) * 300)
 
 
 class Table:

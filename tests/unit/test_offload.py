@@ -152,3 +152,17 @@ def test_a_worker_peak_does_not_inherit_its_parents():
     del big
     mine, inherited = map(int, r.stdout.split())
     assert inherited >= 900 * 2**20 > mine
+
+
+def test_offload_blocks_takes_the_first_k_of_the_blocks_not_checkpointed(tmp_path):
+    cfg = Config.model_validate({"memory": {"activation_offload": "on", "offload_blocks": 2,
+                                            "offload_dir": str(tmp_path)}})
+    model = _lm()
+    configure_memory(model, cfg.memory)
+    wrapped = [hasattr(b.forward, "__offloaded__") for b in model.blocks]
+    assert wrapped == [True, True, False]
+    x, y = torch.randint(0, 32, (2, 64)), torch.randint(0, 32, (2, 64))
+    g0, g1 = _grads(_lm(), x, y), _grads(model, x, y)
+    assert all(torch.equal(g0[n], g1[n]) for n in g0)
+    with pytest.raises(ConfigError):
+        load_config(None, ["memory.offload_blocks=0"])

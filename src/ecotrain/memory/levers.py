@@ -139,7 +139,8 @@ def configure_memory(model: nn.Module, cfg) -> list[str]:
     names = apply_activation_checkpointing(model, cfg.activation_checkpointing, cfg.checkpoint_policy)
     if cfg.activation_offload != "off":  # the file goes to the run folder (memory.measure.for_run sets it)
         folder = Path(cfg.offload_dir) if cfg.offload_dir else Path(tempfile.gettempdir())
-        apply_offload(offload_targets(model, names), folder, lossy=cfg.activation_offload == "bf16")
+        targets = offload_targets(model, names)[:cfg.offload_blocks]  # None: every one
+        apply_offload(targets, folder, lossy=cfg.activation_offload == "bf16")
     return names
 
 

@@ -173,7 +173,8 @@ def estimates(cfg) -> tuple[dict, int]:
         else:
             chosen = blocks if c.checkpointing == "all" else []
         names = {n for n, _ in chosen}
-        offloaded = {n for n, _ in offload_targets(model, sorted(names))} if c.offload != "off" else set()
+        offloaded = ({n for n, _ in offload_targets(model, sorted(names))[:c.offload_blocks]}
+                     if c.offload != "off" else set())
         out[c.key] = int(activations_at(*profiles[c.precision], names, -(-batch // c.micro_batches), c.policy,
                                         offloaded))
     return out, len(blocks)

@@ -28,6 +28,7 @@ summary.json; a resume reads memory_plan.json back and does not measure again.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ from ecotrain.stats import pareto_front
 
 PLAN_FILE = "memory_plan.json"
 PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable budget: predictions are rough
+# step costs within 3% are a tie: one plan's CPU seconds per step spread by ~2% between fresh processes on
+# a shared 2-core machine (docs/memory.md); a tie goes to the plan that fills more of the budget
+TIE = 0.03
 
 
 # ---------------------------------------------------------------- candidates
@@ -58,16 +62,25 @@ class Candidate:
     offload: str = "off"  # the other blocks' saved activations: "off", "on" (lossless) or "bf16"
     n_offloaded: int = 0  # blocks offloaded (for display)
     eval_batch: Optional[int] = None  # evaluation's batch (memory.eval_batch_size); None: the config's
+    offload_blocks: Optional[int] = None  # offload only the first K of the other blocks; None: all of them
 
     @property
     def key(self) -> str:
         selective = "+matmuls" if self.policy == "matmuls" and self.checkpointing != "off" else ""
         offload = {"off": "", "on": "/offload", "bf16": "/offload-bf16"}[self.offload]
+        if offload and self.offload_blocks is not None:
+            offload += f":{self.offload_blocks}"
         return f"{self.checkpointing}{selective}/{self.micro_batches}/{self.precision}{offload}"
 
     @property
     def group(self) -> tuple:
         """Every lever but the micro-batch count."""
+        return self.family + (self.offload_blocks,)
+
+    @property
+    def family(self) -> tuple:
+        """Every lever but the micro-batch count and how many blocks are offloaded: plans whose
+        estimates err alike (planner.corrected)."""
         return self.checkpointing, self.policy, self.offload, self.precision
 
     def describe(self, batch: int) -> str:
@@ -78,8 +91,10 @@ class Candidate:
                   f"({self.checkpointing.replace(':', '=')})"
                   if self.checkpointing.startswith("every_n") else f"{how} memory.activation_checkpointing.modules")
         if self.offload != "off":
-            ck += (f", offload{' (bf16)' if self.offload == 'bf16' else ''} of "
-                   f"{'every block' if self.checkpointing == 'off' else f'the other {self.n_offloaded}'}")
+            whose = ("every block" if self.checkpointing == "off" else f"the other {self.n_offloaded}")
+            if self.offload_blocks is not None:
+                whose = f"{self.offload_blocks} of {'the' if self.checkpointing == 'off' else 'the other'} blocks"
+            ck += f", offload{' (bf16)' if self.offload == 'bf16' else ''} of {whose}"
         size = -(-batch // self.micro_batches)
         return f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}, {self.precision}"
 
@@ -144,9 +159,13 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
                     n_off = n_blocks - count if level != "modules" else n_blocks
                     if off != "off" and n_off <= 0:
                         continue
-                    out += [Candidate(level, n, p, count, policy, off, n_off if off != "off" else 0,
-                                      eval_batch_of(eval_default, batch, n) if eval_default else None)
-                            for n in micros]
+                    # offload of the first K of the other blocks, K < all: the finest step in memory
+                    # (one block's activations), so a plan can fill the budget
+                    parts = [None] if off == "off" or level == "modules" else [*range(1, n_off), None]
+                    out += [Candidate(level, n, p, count, policy, off,
+                                      0 if off == "off" else (k or n_off),
+                                      eval_batch_of(eval_default, batch, n) if eval_default else None, k)
+                            for k in parts for n in micros]
     return out
 
 
@@ -200,9 +219,14 @@ def fits(m: Measured, usable: float) -> bool:
 
 
 def choose(measured: Sequence[Measured], usable: float) -> Optional[Measured]:
-    """The fastest measured plan whose peak (evaluation's included) is within `usable`; ties: the smaller peak."""
+    """The fastest measured plan whose peak (evaluation's included) is within `usable`; among plans
+    within TIE of the fastest, the fullest: the step costs are equal within what one measurement can
+    tell, and the fuller plan recomputes, offloads and cuts less."""
     ok = [m for m in measured if fits(m, usable)]
-    return min(ok, key=lambda m: (m.cost, m.top)) if ok else None
+    if not ok:
+        return None
+    fastest = min(m.cost for m in ok)
+    return max((m for m in ok if m.cost <= fastest * (1 + TIE)), key=lambda m: (m.top, -m.cost))
 
 
 def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set,
@@ -230,15 +254,17 @@ def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done:
 def corrected(raw: dict, cands: Sequence[Candidate], measured: Sequence[Measured], fixed: int) -> dict:
     """The predictions, each group's scaled by how far its measured plans' activations were from their
     own predictions (the estimate misses per-lever effects: allocator slack, a micro-batch's loss
-    buffers). `fixed`: the bytes no lever changes (process, model state)."""
+    buffers); a family of levers not measured yet takes the median of the measured ones' ratios.
+    `fixed`: the bytes no lever changes (process, model state)."""
     ratio: dict[tuple, float] = {}
     for m in measured[1:]:  # the baseline calibrated the raw predictions: its ratio is 1
         p = raw.get(m.candidate.key)
         if p is not None and p > fixed:
-            ratio[m.candidate.group] = max(0.0, m.peak_bytes - fixed) / (p - fixed)
+            ratio[m.candidate.family] = max(0.0, m.peak_bytes - fixed) / (p - fixed)
+    shared = statistics.median(ratio.values()) if ratio else None  # part of the error is every plan's (allocator)
     out = dict(raw)
     for c in cands:
-        r = ratio.get(c.group)
+        r = ratio.get(c.family, shared)
         if r is not None and raw.get(c.key) is not None:
             out[c.key] = int(fixed + r * max(0, raw[c.key] - fixed))
     return out
@@ -273,9 +299,11 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
             m.predicted_bytes = predicted.get(c.key)
             measured.append(m)
             done.add(c.key)
-            # over: the prediction was too low; the next candidate of its group is measured next
-            nxt = [] if fits(m, usable) else [d for d in cands if d.group == c.group
-                                               and d.micro_batches > c.micro_batches and d.key not in done][:1]
+            # over: the prediction was too low. A partial offload has a finer step (one more block
+            # offloaded): the corrected predictions pick the fullest plan left; otherwise the next
+            # micro-batch count of its group is measured next
+            nxt = [] if fits(m, usable) or c.offload_blocks is not None else [
+                d for d in cands if d.group == c.group and d.micro_batches > c.micro_batches and d.key not in done][:1]
         if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
             rest = smallest_first(cands, predicted, done)
             if rest:
@@ -318,7 +346,7 @@ def from_record(rec: dict) -> Search:
     def m(r: dict) -> Measured:
         c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)),
                       r.get("policy", "attention"), r.get("offload", "off"), int(r.get("n_offloaded", 0)),
-                      r.get("eval_batch"))  # records written before offload and selective recompute: defaults
+                      r.get("eval_batch"), r.get("offload_blocks"))  # older records: the defaults
         return Measured(c, int(r["peak_bytes"]), float(r["step_seconds"]), float(r.get("seconds", 0)),
                         r.get("predicted_bytes"), r.get("cpu_seconds"), r.get("eval_peak_bytes"))
     measured = [m(r) for r in rec["measured"]]
@@ -403,7 +431,7 @@ def applied(cfg, c: Candidate):
     d["memory"]["activation_checkpointing"] = c.ac_spec(cfg.memory.activation_checkpointing.model_dump()
                                                         if hasattr(cfg.memory.activation_checkpointing, "model_dump")
                                                         else cfg.memory.activation_checkpointing)
-    d["memory"].update(checkpoint_policy=c.policy, activation_offload=c.offload)
+    d["memory"].update(checkpoint_policy=c.policy, activation_offload=c.offload, offload_blocks=c.offload_blocks)
     if c.eval_batch is not None:
         d["memory"]["eval_batch_size"] = c.eval_batch
     d["precision"] = c.precision
