@@ -35,6 +35,7 @@ import copy
 import functools
 import inspect
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
 
@@ -77,27 +78,34 @@ def logits_of(outputs) -> torch.Tensor:
 
 def _signature(model) -> tuple[int, Optional[int], frozenset, bool]:
     """(required positional arguments, most positional (None: *args), keyword names, **kwargs) of
-    the model's forward; DDP and torch.compile wrappers looked through. Cached per class."""
+    the model's forward; DDP and torch.compile wrappers looked through. Cached per forward function:
+    one entry per module class, and one per plain function or instance-patched forward."""
     inner = model
     while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
         inner = getattr(inner, "_orig_mod", None) or inner.module
-    key = type(inner)
-    if key not in _SIGNATURES:
+    fn = inner.forward if isinstance(inner, torch.nn.Module) else inner
+    key = getattr(fn, "__func__", fn)  # a bound method: its class's function, shared by instances
+    try:
+        hit = _SIGNATURES.get(key)
+    except TypeError:  # not weak-referenceable (a functools.partial, a builtin): read it each time
+        key, hit = None, None
+    if hit is None:
         try:
-            params = list(inspect.signature(inner.forward if isinstance(inner, torch.nn.Module) else inner)
-                          .parameters.values())
+            params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):  # no signature to read: take inputs as they come
             params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
                       inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
         pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        _SIGNATURES[key] = (sum(p.default is p.empty for p in pos),
-                            None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(pos),
-                            frozenset(p.name for p in params if p.kind != p.VAR_POSITIONAL),
-                            any(p.kind == p.VAR_KEYWORD for p in params))
-    return _SIGNATURES[key]
+        hit = (sum(p.default is p.empty for p in pos),
+               None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(pos),
+               frozenset(p.name for p in params if p.kind != p.VAR_POSITIONAL),
+               any(p.kind == p.VAR_KEYWORD for p in params))
+        if key is not None:
+            _SIGNATURES[key] = hit
+    return hit
 
 
-_SIGNATURES: dict = {}
+_SIGNATURES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # a user's function, freed with it
 
 
 def call_model(model, inputs):

@@ -178,6 +178,19 @@ def test_the_signature_is_read_once_per_class_and_each_class_its_own():
         assert call_model(A(), t) == "A" and call_model(B(), t) == "B"
 
 
+def test_plain_functions_each_have_their_own_signature():
+    # two plain-function models: the cache once keyed on type(inner), so the second took the first's arity
+    def one(x):
+        return "one"
+
+    def two(x, y):
+        return "two"
+
+    t = (torch.zeros(1), torch.ones(1))
+    for _ in range(2):
+        assert call_model(one, t) == "one" and call_model(two, t) == "two"
+
+
 def test_an_empty_tuple_batch_has_no_target():
     with pytest.raises(ConfigError):
         SupervisedTask().targets(())
