@@ -226,7 +226,8 @@ class MemoryConfig(_Section):
     budget_margin: float = Field(0.05, ge=0, lt=0.5)  # the chosen plan's measured peak stays under budget * (1 - margin)
     allow_precision_change: bool = False  # the budget search may switch fp32 <-> bf16-mixed (not exact maths)
     search_steps: int = Field(3, ge=2)  # training steps per measured plan (the first is not timed)
-    search_candidates: int = Field(4, ge=1)  # plans measured after the baseline, at most (+1 when none fits)
+    # plans measured after the baseline, at most (+1 when none fits); a plan at 95% of the usable budget ends it
+    search_candidates: int = Field(8, ge=1)
     # what a checkpointed block keeps (memory/selective.py): attention outputs, or every matmul output
     checkpoint_policy: Literal["attention", "matmuls"] = "attention"
     # saved activations of the blocks not checkpointed go to host memory (CUDA) or a file in the run

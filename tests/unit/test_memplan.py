@@ -10,7 +10,7 @@ import pytest
 
 from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError, EcotrainError
-from ecotrain.memory.planner import (PLAN_FILE, TIE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
+from ecotrain.memory.planner import (FULL, PLAN_FILE, TIE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
                               choose, corrected, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
 from ecotrain.memory.measure import for_run
 
@@ -194,9 +194,21 @@ def test_search_measures_the_least_constrained_predicted_plans_and_picks_the_fas
 def test_search_moves_on_when_a_prediction_was_too_low():
     table = {**TRUE, "off/2/fp32": (720, 1.02)}  # predicted ~645 MiB, measures over the usable 693.5
     s, calls = run_search(730, table)
-    assert calls.index("off/4/fp32") == calls.index("off/2/fp32") + 1  # its group's next plan, measured next
-    assert s.chosen.candidate.key != "off/2/fp32"
-    assert s.chosen is not None and s.chosen.peak_bytes <= s.usable
+    # every_n:2/1 (700 MiB) is over while nothing fits: its group's next plan is measured next
+    assert calls[1:3] == ["every_n:2/1/fp32", "every_n:2/2/fp32"]
+    # once a plan fits (520 MiB), a fuller one is tried (off/2, over), but never one leaner than the plan in hand
+    assert "off/2/fp32" in calls and "off/4/fp32" not in calls
+    assert s.chosen.candidate.key == "every_n:2/2/fp32" and s.chosen.peak_bytes <= s.usable
+
+
+def test_a_plan_at_95_percent_of_the_usable_budget_ends_the_search():
+    s, calls = run_search(730)  # off/2 measures 660 MiB, >= 0.95 x 693.5
+    assert calls[-1] == "off/2/fp32" and s.chosen.candidate.key == "off/2/fp32"
+    # every_n:2/2 fits at 520 MiB, under 95%: the search goes on to the fuller off/2 (600 MiB), then stops
+    # because no plan left is predicted between 600 MiB and the usable budget
+    s, more = run_search(730, {**TRUE, "off/2/fp32": (600, 1.02)}, limit=8)
+    assert more == ["off/1/fp32", "every_n:2/1/fp32", "every_n:2/2/fp32", "off/2/fp32"]
+    assert s.chosen.candidate.key == "off/2/fp32" and s.chosen.top < FULL * s.usable
 
 
 def test_a_group_measured_under_its_prediction_tries_fewer_micro_batches_next():

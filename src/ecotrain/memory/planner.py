@@ -44,6 +44,7 @@ PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable b
 # step costs within 3% are a tie: one plan's CPU seconds per step spread by ~2% between fresh processes on
 # a shared 2-core machine (docs/memory.md); a tie goes to the plan that fills more of the budget
 TIE = 0.03
+FULL = 0.95  # a plan that fits at 95% of the usable budget (0.9 of the budget at the default margin) ends the search
 
 
 # ---------------------------------------------------------------- candidates
@@ -230,11 +231,12 @@ def choose(measured: Sequence[Measured], usable: float) -> Optional[Measured]:
 
 
 def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done: set,
-               measured: Sequence[Measured] = ()) -> list[Candidate]:
-    """Per group of levers (all but the micro-batches), the fewest micro-batches predicted to fit: the
-    plans that nothing cheaper dominates (a plan with more micro-batches than a measured one that fits
-    is not one of them). Largest predicted peak first: the plans that use most of the budget recompute,
-    offload and cut the least."""
+               measured: Sequence[Measured] = (), above: float = 0.0,
+               slack: float = PREDICT_SLACK) -> list[Candidate]:
+    """Per group of levers (all but the micro-batches), the fewest micro-batches predicted to fit
+    (within `slack`) and to peak over `above`: the plans that nothing cheaper dominates (a plan with
+    more micro-batches than a measured one that fits is not one of them). Largest predicted peak
+    first: the plans that use most of the budget recompute, offload and cut the least."""
     fitted = {}
     for m in measured:
         if fits(m, usable):
@@ -246,7 +248,7 @@ def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done:
         group = c.group
         if c.key in done or group in best or c.micro_batches >= fitted.get(group, c.micro_batches + 1):
             continue
-        if p is not None and p <= usable * PREDICT_SLACK:
+        if p is not None and above < p <= usable * slack:
             best[group] = c  # candidates come in rising micro-batch order within a group
     return sorted(best.values(), key=lambda c: -predicted[c.key])
 
@@ -290,8 +292,13 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
     if not fits(base, usable):
         nxt: list = []
         while len(measured) <= limit:
-            predicted = corrected(raw, cands, measured, fixed)  # each measurement sharpens its group's
-            queue = nxt or to_measure(cands, predicted, usable, done, measured)
+            predicted = corrected(raw, cands, measured, fixed)  # each measurement sharpens its family's
+            best = choose(measured, usable)
+            if best is not None and best.top >= FULL * usable:
+                break
+            # once a plan fits, only fuller plans predicted to fit are worth a measurement
+            queue = nxt or to_measure(cands, predicted, usable, done, measured, *(
+                (best.top, 1.0) if best is not None else (0.0, PREDICT_SLACK)))
             if not queue:
                 break
             c = queue[0]
@@ -299,10 +306,10 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
             m.predicted_bytes = predicted.get(c.key)
             measured.append(m)
             done.add(c.key)
-            # over: the prediction was too low. A partial offload has a finer step (one more block
-            # offloaded): the corrected predictions pick the fullest plan left; otherwise the next
+            # over while nothing fits: the prediction was too low. A partial offload has a finer step
+            # (one more block offloaded), which the corrected predictions find; otherwise the next
             # micro-batch count of its group is measured next
-            nxt = [] if fits(m, usable) or c.offload_blocks is not None else [
+            nxt = [] if choose(measured, usable) is not None or c.offload_blocks is not None else [
                 d for d in cands if d.group == c.group and d.micro_batches > c.micro_batches and d.key not in done][:1]
         if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
             rest = smallest_first(cands, predicted, done)
