@@ -32,6 +32,10 @@ DATASETS = textwrap.dedent('''
     class Breaks(Base):
         def fail(self):
             raise IndexError("list index out of range")
+
+    class Interrupted(Base):
+        def fail(self):  # the interrupt met inside a string exec, as in dataclasses' or namedtuple's code
+            exec("raise KeyboardInterrupt")
 ''')
 RECIPE = textwrap.dedent('''
     name: boundary
@@ -74,6 +78,16 @@ def test_debug_shows_the_traceback(world):
                 cwd=world, env={"PYTHONPATH": str(world)})
     assert r.returncode == 1 and "Traceback" in r.stderr and "user_ds.py" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("ecotrain: error: fit failed: IndexError")
+
+
+def test_an_interrupt_caught_inside_a_string_exec_still_exits_130(world):
+    """CPython marks a KeyboardInterrupt that passed through a string exec as unhandled even once caught,
+    and `python -m` then killed the finished CLI with SIGINT (exit -2, seen when SIGTERM hit `ecotrain
+    report` inside an import): the CLI's own exit code, 130, is what the caller gets."""
+    r = run_cli("fit", world / "r.yaml", "data.name=user_ds:Interrupted", "--run-dir", world / "run", cwd=world,
+                env={"PYTHONPATH": str(world)})
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "ecotrain: interrupted" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_a_file_error_anywhere_is_one_line(world):
