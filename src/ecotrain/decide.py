@@ -4,8 +4,8 @@ Both sides train the same seeds (paired: one seed fixes the data order and the i
 each side), then `compare`'s judgement is read at look 1; while it is INCONCLUSIVE and fewer than
 `max_seeds` seeds have run, one more seed trains on both sides and the judgement is read again at
 the next look. Every look uses the sequential interval of stats.py (valid at every look at once),
-never the fixed 95% one. Before the first added seed, the fixed-size forecast (`seeds_to_decide`)
-is recorded, so the seeds it predicted can be set beside the seeds it took. The added seeds' runs
+never the fixed 95% one. Before the first added seed, the forecast of the seeds this sequential
+procedure needs at the observed mean and spread (`seeds_to_decide(..., at=(1, n))`) is recorded, so the seeds it predicted can be set beside the seeds it took. The added seeds' runs
 are ordinary runs: each has its ledger, and their summed cost is reported and kept in
 `PREFIX-decision.json`.
 """
@@ -93,7 +93,8 @@ def until_decided(train: Callable[[list[int]], tuple[list[str], list[str]]], see
         if look == 1:
             hi, lo = drops(base, cand, metric)
             d = [h - w for h, w in zip(hi, lo)]
-            seen["forecast"] = seeds_to_decide(sum(d) / len(d), spread(hi, lo, paired=True), allowance)
+            seen["forecast"] = seeds_to_decide(sum(d) / len(d), spread(hi, lo, paired=True), allowance,
+                                               at=(1, len(d)))
         return verdict
 
     first = len(seeds)
@@ -117,7 +118,7 @@ def until_decided_values(drop: Callable[[int], float], seeds: list[int], max_see
         d = [drops_by_seed[s] for s in ss]
         iv = sequential_interval(d, look)
         if look == 1:
-            shown["forecast"] = seeds_to_decide(iv.mean, _sd(d), allowance)
+            shown["forecast"] = seeds_to_decide(iv.mean, _sd(d), allowance, at=(1, len(d)))
         shown["interval"] = iv
         return verdict_of(iv, allowance)
 

@@ -6,8 +6,9 @@ A comparison of two seed groups is paired when both ran the same seeds (each see
 so the seed-to-seed spread that both sides share cancels), else Welch's unequal-variance interval.
 
 Two questions about seeds (docs/evaluation.md):
-- `seeds_to_decide`: how many seeds per side a fixed-size comparison would need for its interval,
-  at the observed mean and spread, to lie wholly on one side of the allowance: a forecast, said with
+- `seeds_to_decide`: how many seeds per side a comparison would need for its interval, at the
+  observed mean and spread, to lie wholly on one side of the allowance (a fixed-size comparison's
+  95% interval, or a sequential one's interval at the look it would reach): a forecast, said with
   an INCONCLUSIVE verdict.
 - `sequential_interval`: a comparison that adds seeds until it decides looks at the data again and
   again; re-testing a fixed 95% interval after every seed would make some "decision" likely by
@@ -22,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
@@ -118,15 +119,20 @@ def sequential_interval(diffs: Sequence[float], look: int) -> Interval:
     return Interval(m, m - h, m + h, n)
 
 
-def seeds_to_decide(mean: float, sd: float, allowance: float, cap: int = 1000) -> int | None:
-    """Seeds per side (paired: per-seed differences of spread `sd`) at which a fixed 95% interval
-    around `mean` would lie wholly within or wholly beyond `allowance`; None when no number up to
-    `cap` would (a mean at the allowance never decides). A forecast: the next seeds move the mean."""
+def seeds_to_decide(mean: float, sd: float, allowance: float, cap: int = 1000,
+                    at: Optional[tuple[int, int]] = None) -> int | None:
+    """Seeds per side (paired: per-seed differences of spread `sd`) at which a 95% interval around
+    `mean` would lie wholly within or wholly beyond `allowance`; None when no number up to `cap`
+    would (a mean at the allowance never decides). `at=(look, n)`: a sequential comparison now at
+    look `look` with `n` seeds, adding one seed per look: the count at which *its* interval (the
+    look's wider one, `sequential_interval`) would decide, never fewer than `n`. Without `at`, a
+    fixed-size comparison's count. A forecast: the next seeds move the mean."""
     gap = abs(allowance - mean)
     if not (math.isfinite(gap) and math.isfinite(sd)) or gap <= 1e-12:
         return None
-    for n in range(2, cap + 1):
-        if t975(n - 1) * sd / math.sqrt(n) < gap:
+    for n in range(2 if at is None else max(2, at[1]), cap + 1):
+        q = t975(n - 1) if at is None else t_quantile(1 - look_alpha(at[0] + n - at[1]) / 2, n - 1)
+        if q * sd / math.sqrt(n) < gap:
             return n
     return None
 

@@ -68,6 +68,20 @@ def test_seeds_to_decide_is_the_hand_computed_count():
     assert spread([1.0, 2.0], [1.0, 1.0], paired=False) == pytest.approx(math.sqrt(0.5))
 
 
+def test_the_sequential_forecast_is_the_first_count_whose_look_interval_decides():
+    """At look L with n seeds a sequential comparison reaches n' seeds at look L + n' - n, whose interval
+    is wider than the fixed one: its forecast is the first n' where that look's half-width clears the gap,
+    more seeds than the fixed forecast, and never fewer than the seeds already run."""
+    mean, sd, allowance = 0.0079, 0.0063, 0.01
+    fixed = seeds_to_decide(mean, sd, allowance)
+    seq = seeds_to_decide(mean, sd, allowance, at=(38, 40))
+    assert fixed is not None and seq is not None and seq > max(fixed, 40)
+    half = lambda n: t_quantile(1 - look_alpha(38 + n - 40) / 2, n - 1) * sd / math.sqrt(n)  # noqa: E731
+    assert half(seq) < allowance - mean <= half(seq - 1)
+    assert seeds_to_decide(0.0, 0.001, 0.01, at=(3, 5)) == 5  # decided already at the present look
+    assert seeds_to_decide(0.0, 0.1, 0.01, at=(1, 3), cap=50) is None
+
+
 # ---- decide.until_decided: real run folders (summary.json, ledger.json), compare's judgement ----
 def _runs(tmp_path, accs: dict):
     """A `train(seeds)` over prepared accuracies {seed: (baseline, candidate)}: each seed's two run

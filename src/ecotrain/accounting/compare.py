@@ -223,16 +223,18 @@ def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool,
         return f"{head}{drop:+.4f} (allowed {allowed:g}): {v} (on {one}: no interval)", v
     if look is not None:  # a sequential comparison's look: an interval valid at every look (stats.py)
         iv = sequential_interval([h - w for h, w in zip(hi, lo)], look)
-        how = f"paired, n={iv.n}, sequential look {look}: {(1 - look_alpha(look)) * 100:.2f}% interval"
+        how = f"paired, n={iv.n}, sequential look {look}: {(1 - look_alpha(look)) * 100:.6g}% interval"
     else:
         iv = diff_ci(hi, lo, paired)
         how = f"paired, n={iv.n}" if paired else f"Welch, {len(b)} vs {len(c)} runs"
     v = verdict(iv, allowed)
     line = f"{head}{_ci(iv, _signed)} ({how}; allowed {allowed:g}): {v}"
     if v == "INCONCLUSIVE":
-        need = seeds_to_decide(iv.mean, spread(hi, lo, paired), allowed)
+        need = seeds_to_decide(iv.mean, spread(hi, lo, paired), allowed, at=None if look is None else (look, iv.n))
         line += (f" (the interval straddles the allowance: at this mean and spread about {need} seeds per side "
-                 "would decide; `--until-decided` adds them with an interval valid at every look)" if need else
+                 + ("would decide with the interval valid at every look" if look is not None else
+                    "would decide; `--until-decided` adds them with an interval valid at every look") + ")"
+                 if need else
                  " (the interval straddles the allowance, and the mean sits at it: no number of seeds is "
                  "likely to decide)")
     if paired and len(b) > 2:  # what pairing saved: the unpaired interval of the same runs
