@@ -98,7 +98,7 @@ def test_a_tuple_that_does_not_fit_forward_is_a_config_error_naming_the_model(n)
 
     with pytest.raises(ConfigError) as err:
         call_model(Exactly2(), tuple(torch.zeros(1) for _ in range(n)))
-    assert "Exactly2" in str(err.value) and f"of {n} tensors" in str(err.value)
+    assert "Exactly2" in str(err.value) and f"a tuple of {n} tensors" in str(err.value)  # what the batch held
 
 
 def test_too_few_tensors_for_the_required_arguments_is_refused():
@@ -189,6 +189,42 @@ def test_plain_functions_each_have_their_own_signature():
     t = (torch.zeros(1), torch.ones(1))
     for _ in range(2):
         assert call_model(one, t) == "one" and call_model(two, t) == "two"
+
+
+def test_the_signature_is_read_once_per_forward_function(monkeypatch):
+    """call_model runs at every step: a forward's signature is read once, for every instance of its class
+    and for a plain function, not at each call (the cache keys on the function, not the bound method)."""
+    import inspect
+
+    reads = []
+    real = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda fn, *a, **k: reads.append(fn) or real(fn, *a, **k))
+
+    class Net(nn.Module):
+        def forward(self, x, y):
+            return "net"
+
+    def plain(x, y):
+        return "plain"
+
+    t = (torch.zeros(1), torch.ones(1))
+    for _ in range(3):
+        assert call_model(Net(), t) == "net" and call_model(plain, t) == "plain"
+    assert len(reads) == 2, reads
+
+
+def test_a_callable_that_cannot_be_weakly_referenced_is_read_each_time():
+    """A forward the cache cannot hold (no __weakref__ slot, like a builtin): its signature is read at each
+    call, and the call works."""
+    class Slotted:
+        __slots__ = ()
+
+        def __call__(self, a, b):
+            return ("both", a, b)
+
+    x, y = torch.zeros(1), torch.ones(1)
+    for _ in range(2):
+        assert call_model(Slotted(), (x, y)) == ("both", x, y)
 
 
 def test_an_empty_tuple_batch_has_no_target():
