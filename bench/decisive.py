@@ -25,7 +25,8 @@ module score.
 The cap is 40 seeds, not the CLI's default 20: the sequential interval spends alpha 0.05/(k(k+1)) at look k, a
 sum that stays under 0.05 however many looks follow, so a later cap keeps the error rate (docs/evaluation.md).
 
-A finished seed in OUT is kept (--resume auto), so an interrupted bench continues. Ends with
+A finished seed in OUT is kept (--resume auto), so an interrupted bench continues, and so does an
+INCONCLUSIVE answer under a higher --max-seeds (its finished seeds are read at the same looks again). Ends with
 `RESULT green_verdict=... search_verdict=... continual_verdict=... bn_verdict=... mutation_min=...` and, per
 answer, its seeds, looks, forecast and interval.
 """
@@ -63,8 +64,11 @@ def green(out: Path, max_seeds: int) -> dict:
     return {**d, "line": next((ln for ln in r.stdout.splitlines() if ln.startswith("test_accuracy:")), "")}
 
 
+SEARCH_OVERRIDES: list[str] = []  # --search-override: e.g. a default that changed since OUT's runs finished
+
+
 def search(out: Path, max_seeds: int) -> dict:
-    r = cli("green", "recipes/mnist1d_cnn.yaml", "--tolerance", "0.01", "--seeds-confirm", "40-42",
+    r = cli("green", "recipes/mnist1d_cnn.yaml", *SEARCH_OVERRIDES, "--tolerance", "0.01", "--seeds-confirm", "40-42",
             "--until-decided", "--max-seeds", max_seeds, "--out", out / "search")
     g = json.loads((out / "search" / "green.json").read_text())
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("test_accuracy:")), "")
@@ -126,7 +130,11 @@ def main() -> None:
     ap.add_argument("--max-seeds", type=int, default=40)
     ap.add_argument("--mutants", action="store_true", help="run `make mutants` first (long)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-decisive")
+    ap.add_argument("--search-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override of the search's runs: to go on with OUT's finished runs after a default "
+                         "changed (`ecotrain` refuses to read a finished run as another config)")
     args = ap.parse_args()
+    SEARCH_OVERRIDES.extend(args.search_override)
     args.out.mkdir(parents=True, exist_ok=True)
     only = args.only or ["green", "search", "continual", "bn"]
     found, t0 = {}, time.perf_counter()
@@ -136,7 +144,9 @@ def main() -> None:
             f = found[name]
             print(f"{name}: {f['verdict']} on seeds {f.get('seeds')} ({f.get('looks')} looks; forecast "
                   f"{f.get('forecast')}) {f.get('line', '')}", flush=True)
-    (args.out / "decisive.json").write_text(json.dumps(found, indent=1))
+    path = args.out / "decisive.json"  # the answers of earlier calls on OUT are kept beside this call's
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**earlier, **found}, indent=1))
     print(f"wall: {time.perf_counter() - t0:.0f} s")
     said = " ".join(f"{n}_verdict={found[n]['verdict']}" for n in ("green", "search", "continual", "bn") if n in found)
     seeds = " ".join(f"{n}_seeds={len(found[n].get('seeds') or [])}" for n in found)
