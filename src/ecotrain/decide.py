@@ -5,8 +5,9 @@ each side), then `compare`'s judgement is read at look 1; while it is INCONCLUSI
 `max_seeds` seeds have run, one more seed trains on both sides and the judgement is read again at
 the next look. Every look uses the sequential interval of stats.py (valid at every look at once),
 never the fixed 95% one. Before the first added seed, the forecast of the seeds this sequential
-procedure needs at the observed mean and spread (`seeds_to_decide(..., at=(1, n))`) is recorded, so the seeds it predicted can be set beside the seeds it took. The added seeds' runs
-are ordinary runs: each has its ledger, and their summed cost is reported and kept in
+procedure needs at the observed mean and spread (`seeds_to_decide(..., at=(1, n))`) is recorded,
+so the seeds it predicted can be set beside the seeds it took. The added seeds' runs are ordinary
+runs: each has its ledger, and their summed cost is reported and kept in
 `PREFIX-decision.json`.
 """
 
