@@ -1,6 +1,7 @@
 """The hostile corpus, second part: every method's inputs, and the commands added with the methods
 engine (fit --seeds, lr-find, the registry's update/versions/promote/rollback/review-queue, the speech
-example), and run folders behind symlinks. The harness and the first families are in cases.py."""
+example), run folders behind symlinks, and checkpoints and security (a pickle that runs code, flipped
+bits). The harness and the first families are in cases.py."""
 
 from __future__ import annotations
 
@@ -266,4 +267,48 @@ CASES += [
                                            "{tmp}/" + STEP4_DIR + "/p.csv"], 2,
          ["--out", "inside the checkpoint", "step-00000004"], both(trained_run(), U_NPZ),
          absent=(STEP4_DIR + "/p.csv", STEP4_DIR + "/.p.csv*")),
+]
+
+
+# ---- checkpoints and security: a pickle that runs code, flipped bits (checksums), no valid checkpoint ----
+class _RunsCode:
+    """Unpickled, this runs `touch MARKER`: `--init-from` must refuse it (weights_only=True), never run it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch '{self.marker}'",)
+
+
+def pickle_that_runs_code(name: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        import torch
+
+        torch.save({"net.0.weight": _RunsCode(tmp / "PWNED")}, tmp / name)
+    return setup
+
+
+def flip_byte(rel: str, offset: int = -9) -> Callable[[Path], None]:
+    """One bit pattern flipped in a file (the manifest is left as it was: its checksum must catch it)."""
+    def setup(tmp: Path) -> None:
+        data = bytearray((tmp / rel).read_bytes())
+        data[offset] ^= 0xFF
+        (tmp / rel).write_bytes(bytes(data))
+    return setup
+
+
+STEP4 = "run/checkpoints/step-00000004"
+CASES += [
+    Case("init_from_a_pickle_that_runs_code", [*FIT, *RUN, "--init-from", "{tmp}/evil.pt"], 3,
+         ["evil.pt", "weights_only=True"], pickle_that_runs_code("evil.pt"), absent=("PWNED", "run")),
+    Case("newest_checkpoint_bit_flipped", ["resume", "{tmp}/run"], 0,
+         ["skipping checkpoint", "step-00000004", "does not match its checksum", "resuming from", "step-00000002"],
+         both(trained_run(), flip_byte(f"{STEP4}/tensors.safetensors")), may_change=("run/*", f"{STEP4}/*")),
+    Case("resume_from_a_bit_flipped_checkpoint", [*FIT, "--run-dir", "{tmp}/new", "--resume", "{tmp}/" + STEP4], 3,
+         ["step-00000004", "tensors.safetensors does not match its checksum"],
+         both(trained_run(), flip_byte(f"{STEP4}/tensors.safetensors")), absent=("new",)),
+    Case("every_checkpoint_bit_flipped", ["resume", "{tmp}/run"], 3, ["checkpoints", "no valid checkpoint"],
+         both(trained_run(), flip_byte(f"{STEP4}/tensors.safetensors"),
+              flip_byte("run/checkpoints/step-00000002/tensors.safetensors"))),
 ]
