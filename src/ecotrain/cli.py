@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ecotrain.continual import commands as continual_commands
 from ecotrain.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
+from ecotrain.fsnames import shown, tolerant_streams
 from ecotrain.green import commands as green_commands
 from ecotrain.log import setup_cli_logging
 from ecotrain.preemption import Preemption
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     _PREEMPTION = Preemption()
     _PREEMPTION.install()  # before torch is imported: a SIGTERM during start-up is answered, not fatal
     setup_cli_logging()
+    if argv is None:  # the program's own streams (main() inside a longer process leaves the caller's)
+        tolerant_streams()
     try:
         code = _main(argv)
     finally:
@@ -271,7 +274,7 @@ def _main(argv: list[str] | None = None) -> int:
     try:  # the handler's module is imported in here: a failure or Ctrl-C while importing meets the boundary too
         return _dispatch(args)
     except EcotrainError as exc:
-        print(f"ecotrain: error: {exc}", file=sys.stderr)
+        _say(f"ecotrain: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:  # in training: a second Ctrl-C, which stops without the preemption checkpoint
         stopped = " (a second Ctrl-C stops at once, without a checkpoint)" if args.command in TRAINS else ""
@@ -290,33 +293,55 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _failed(args, line: str, code: int, debug: bool) -> int:
-    """One line on the terminal; the traceback in RUN/error.log (or the cache folder's), and on the
-    terminal too with --debug / ECOTRAIN_DEBUG=1. Says which checkpoint a run can resume from."""
+    """One line on the terminal; the traceback in RUN/error.log (or the cache folder's, else a fresh
+    temporary folder's), and on the terminal too with --debug / ECOTRAIN_DEBUG=1. Says which checkpoint
+    a run can resume from. Never raises: it is what stands between an error and a traceback."""
     import traceback
 
     text = traceback.format_exc()
-    run = Path(getattr(args, "run_dir", None) or getattr(args, "run", None) or "")
-    try:  # the run folder may be the very path that failed (a name too long, a loop of links)
-        has_run = str(run) not in ("", ".") and run.is_dir()
-    except OSError:
-        has_run = False
-    trained = has_run and args.command in TRAINS  # a command that only reads a run never writes into it
-    log_path = None
-    for folder in ([run] if trained else []) + [_cache_folder()]:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "error.log", "a") as f:
-                f.write(f"--- ecotrain {' '.join(sys.argv[1:])}\n{text}\n")
-            log_path = folder / "error.log"
-            break
-        except OSError:
-            continue
+    log_path = _error_log(args, text)
     if debug:
-        print(text, file=sys.stderr, end="")
+        _say(text, end="")
     where = f"; traceback in {log_path}" if log_path else ""
-    print(f"ecotrain: error: {line}{_resume_hint(args)}{where}{'' if debug else ' (--debug shows it)'}",
-          file=sys.stderr)
+    _say(f"ecotrain: error: {line}{_resume_hint(args)}{where}{'' if debug else ' (--debug shows it)'}")
     return code
+
+
+def _say(text: str, end: str = "\n") -> None:
+    """A line on stderr, undecodable names as \\xNN; a closed or broken stderr loses it, raises nothing."""
+    try:
+        print(shown(text), file=sys.stderr, end=end)
+    except Exception:  # noqa: BLE001 - nowhere left to report to
+        pass
+
+
+def _error_log(args, text: str) -> Path | None:
+    """Append the traceback to the first error.log that can be written: the run folder's (a training
+    command), the cache folder's, a fresh private temporary folder's; None when none can."""
+    try:
+        run = Path(getattr(args, "run_dir", None) or getattr(args, "run", None) or "")
+        try:  # the run folder may be the very path that failed (a name too long, a loop of links)
+            has_run = str(run) not in ("", ".") and run.is_dir()
+        except OSError:
+            has_run = False
+        trained = has_run and args.command in TRAINS  # a command that only reads a run never writes into it
+        folders = ([run] if trained else []) + [_cache_folder(), None]
+    except Exception:  # noqa: BLE001 - whatever args holds: the temporary folder still takes it
+        folders = [None]
+    entry = shown(f"--- ecotrain {' '.join(sys.argv[1:])}\n{text}\n")
+    for folder in folders:
+        try:
+            if folder is None:  # no home, or none writable: mkdtemp's folder is new and ours (0700)
+                import tempfile
+
+                folder = Path(tempfile.mkdtemp(prefix="ecotrain-error-"))
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "error.log", "a", encoding="utf-8", errors="backslashreplace") as f:
+                f.write(entry)
+            return folder / "error.log"
+        except Exception:  # noqa: BLE001 - the next place, then none
+            continue
+    return None
 
 
 def _resume_hint(args) -> str:
@@ -326,11 +351,11 @@ def _resume_hint(args) -> str:
     try:  # the run folder may be the very path that failed (a name too long, a loop of links)
         if args.command not in TRAINS or str(run) in ("", ".") or not (run / "checkpoints").is_dir():
             return ""
-    except OSError:
-        return ""
-    from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli.py must not
+        from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli.py must not
 
-    ckpts = list_checkpoints(run)  # newest first
+        ckpts = list_checkpoints(run)  # newest first
+    except Exception:  # noqa: BLE001 - a hint, part of the error boundary: never its own traceback
+        return ""
     return f"; checkpoint {ckpts[0].name} is intact: `ecotrain resume {run}` continues from it" if ckpts else ""
 
 
@@ -340,9 +365,13 @@ def _user_frame(exc: BaseException) -> str:
     import sysconfig
     import traceback
 
-    here = Path(__file__).resolve().parent
-    libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+    try:
+        here = Path(__file__).resolve().parent
+        libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
+        frames = traceback.extract_tb(exc.__traceback__)
+    except Exception:  # noqa: BLE001 - part of the error boundary: a frame less, never a traceback
+        return ""
+    for frame in reversed(frames):
         if frame.filename.startswith("<"):
             continue
         try:
@@ -355,10 +384,10 @@ def _user_frame(exc: BaseException) -> str:
     return ""
 
 
-def _cache_folder() -> Path:
+def _cache_folder() -> Path | None:
     from ecotrain.data.cache import cache_dir  # here: it imports torch, which cli.py must not
 
-    return Path(cache_dir())
+    return cache_dir()  # None: no home folder (data/cache.py)
 
 
 if __name__ == "__main__":

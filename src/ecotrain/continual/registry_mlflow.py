@@ -171,7 +171,11 @@ class MlflowRegistry(Registry):
         if not found:
             raise ConfigError(f"registry {spec}: needs the mlflow extra: {install}")
         key = hashlib.sha256(f"{self.uri}#{self.model}".encode()).hexdigest()[:16]
-        super().__init__(cache_dir() / "mlflow" / key)
+        root = cache_dir()
+        if root is None:  # no home folder (data/cache.py): downloads need a folder that outlives the command
+            raise ConfigError(f"registry {spec}: no home folder for its download cache; set ECOTRAIN_CACHE "
+                              "to a writable folder")
+        super().__init__(root / "mlflow" / key)
         self.db = _sqlite_file(self.uri)
         self._client = None
         self._fresh: set[Path] = set()  # folders this process downloaded (verified then)

@@ -1,7 +1,9 @@
 """A cache of generated datasets, so that a run does not regenerate (or even import) its generator.
 
 Where: `$ECOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/ecotrain`, else `~/.cache/ecotrain`; entries
-live in its `datasets/` folder and can be deleted at any time (they are made again when needed).
+live in its `datasets/` folder and can be deleted at any time (they are made again when needed). A
+user with no home folder (HOME unset and no passwd entry: an arbitrary container uid) and neither
+variable set has no cache: the data is generated each run, said once per process.
 
 Content-addressed: an entry's name is the SHA-256 of what determines its content: the generator's
 name, its arguments, the versions of the code that generates it (the generator package and the
@@ -41,14 +43,37 @@ _SEP = "/"  # nested dicts are stored flat: {"templates": {"x": a}} -> "template
 log = logging.getLogger(__name__)
 
 
-def cache_dir() -> Path:
-    """The cache's root folder (not created here)."""
+def cache_dir() -> Optional[Path]:
+    """The cache's root folder (not created here), or None when there is no home folder to put it in
+    and neither variable names one (then nothing is cached)."""
     root = os.environ.get(ENV)
     if root:
-        return Path(root).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg and Path(xdg).expanduser().is_absolute() else Path.home() / ".cache"
-    return base / "ecotrain"
+        return _expanded(root)
+    xdg = _expanded(os.environ.get("XDG_CACHE_HOME") or "")
+    if xdg is not None and xdg.is_absolute():
+        return xdg / "ecotrain"
+    home = _expanded("~")
+    # HOME="" expands to a relative path: a cache in whatever folder the run starts from would be no cache
+    return home / ".cache" / "ecotrain" if home is not None and home.is_absolute() else None
+
+
+def _expanded(path: str) -> Optional[Path]:
+    """`path` with `~` expanded; None when `~` cannot be (HOME unset and no passwd entry for this uid)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        return None
+
+
+_said_no_home: list[bool] = []  # the no-cache warning is said once per process, not once per dataset
+
+
+def _no_cache_said() -> None:
+    if not _said_no_home:
+        _said_no_home.append(True)
+        log.warning("dataset cache: no home folder (HOME unset, no passwd entry for uid %s), so nothing is "
+                    "cached and the data is generated each run; set %s to a writable folder to keep it",
+                    os.getuid() if hasattr(os, "getuid") else "?", ENV)
 
 
 def package_version(name: str) -> str:
@@ -68,9 +93,10 @@ def entry_key(generator: str, versions: Mapping[str, str], args: Mapping[str, An
     return hashlib.sha256(spec.encode()).hexdigest(), spec
 
 
-def entry_path(generator: str, key: str) -> Path:
+def entry_path(generator: str, key: str, root: Optional[Path] = None) -> Path:
+    """Where the entry lives under `root` (default: cache_dir(), which must not be None)."""
     safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", generator)[:64]
-    return cache_dir() / "datasets" / f"{safe}-{key[:32]}.safetensors"
+    return (root or cache_dir()) / "datasets" / f"{safe}-{key[:32]}.safetensors"
 
 
 def load_or_make(generator: str, versions: Mapping[str, str], args: Mapping[str, Any],
@@ -84,7 +110,11 @@ def load_or_make(generator: str, versions: Mapping[str, str], args: Mapping[str,
         key, spec = entry_key(generator, versions, args)
     except (TypeError, ValueError):  # arguments that have no canonical JSON form: no caching
         return dict(make())
-    path = entry_path(generator, key)
+    root = cache_dir()
+    if root is None:
+        _no_cache_said()
+        return dict(make())
+    path = entry_path(generator, key, root)
     flat, why = _read(path, key)
     if flat is not None:
         return _unflatten(flat)

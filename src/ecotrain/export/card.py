@@ -20,6 +20,7 @@ import yaml
 
 from ecotrain.errors import ConfigError
 from ecotrain.export.shipped import Run, Shipped, locate
+from ecotrain.fsnames import shown
 from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.stats import mean_ci
 
@@ -63,8 +64,9 @@ def emissions(shipped: Shipped) -> tuple[Optional[dict], str]:
     """(`co2_eq_emissions`, or None with the reason in words) from the ledgers of every run trained."""
     runs = shipped.group or [shipped.run]
     ledgers = [r.ledger for r in runs]
-    if any(L is None for L in ledgers):
-        return None, "not recorded: the run had ledger.enabled=false"
+    without = [r for r in runs if r.ledger is None]
+    if without:
+        return None, f"not recorded: {without[0].ledger_note}"
     missing = [L["co2e"].get("missing_reason") or "no figure" for L in ledgers if L["co2e"].get("kg") is None]
     if missing:
         return None, f"not recorded: {missing[0]}"
@@ -98,7 +100,7 @@ def hardware(run: Run) -> str:
 def front_matter(shipped: Shipped, metrics: dict, co2: Optional[dict]) -> dict:
     run, cfg = shipped.run, shipped.run.config
     task, data = task_name(run), cfg.get("data") or {}
-    n = len(shipped.group)
+    n = len(shipped.group)  # a group of one run (listed twice) has no interval
     results = [{"type": k, "value": v["value"],
                 "name": f"test {k}" + (f" (mean of {n} seeds, 95% CI {v['ci95'][0]:.4g} to {v['ci95'][1]:.4g})"
                                        if "ci95" in v else "")} for k, v in metrics.items()]
@@ -109,10 +111,10 @@ def front_matter(shipped: Shipped, metrics: dict, co2: Optional[dict]) -> dict:
                       "metrics": results}]}]}
     if co2 is not None:
         meta["co2_eq_emissions"] = co2
-    ours: dict = {"run": str(run.path), "selected_on": "validation",
+    ours: dict = {"run": shown(str(run.path)), "selected_on": "validation",
                   "test_metrics": metrics}
     if shipped.group:
-        ours.update({"group": str(shipped.group_file), "seeds": [r.seed for r in shipped.group],
+        ours.update({"group": shown(str(shipped.group_file)), "seeds": [r.seed for r in shipped.group],
                      "chosen_seed": run.seed})
     meta["ecotrain"] = ours
     return meta
@@ -126,17 +128,18 @@ def _data_name(data: dict) -> str:
 def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, exports: dict) -> str:
     run, cfg, s = shipped.run, shipped.run.config, shipped.run.summary
     data, model = cfg.get("data") or {}, cfg.get("model") or {}
+    seeds = len(shipped.group) > 1
     lines = [MARK, "", f"# {s['name']}", "",
              f"A {task_name(run).replace('_', ' ')} model (`{model.get('name')}`"
              + (f", {json.dumps(model.get('kwargs'))}" if model.get("kwargs") else "")
              + f") trained with ecotrain for {s['steps']} steps.", "",
              "## How the model was chosen", "", _chosen(shipped), "",
              "## Data", "", *_data_lines(data, s), "",
-             "## Test results", "", "| metric | value |" + (" 95% interval | seeds |" if shipped.group else ""),
-             "|---|---|" + ("---|---|" if shipped.group else "")]
+             "## Test results", "", "| metric | value |" + (" 95% interval | seeds |" if seeds else ""),
+             "|---|---|" + ("---|---|" if seeds else "")]
     for k, v in metrics.items():
         row = f"| {k} | {v['value']:.4f} |"
-        if shipped.group:
+        if seeds:
             row += f" {v['ci95'][0]:.4f} to {v['ci95'][1]:.4f} | " + ", ".join(
                 f"{seed}: {x:.4f}" for seed, x in v["seeds"].items()) + " |"
         lines.append(row)
@@ -147,12 +150,12 @@ def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, ex
         lines += [f"- CO2e: {co2['emissions']:.4g} g ({co2['source']})",
                   f"- grid: {co2['geographical_location']}; hardware: {co2['hardware_used']}",
                   f"- training type: {co2['training_type']}"]
-        if shipped.group:
+        if seeds:
             lines.append(f"- every one of the {len(shipped.group)} seeds is counted: all were trained to choose one")
     ledger = run.ledger or {}
     if ledger:
         energy = (ledger.get("energy") or {}).get("kwh")
-        lines.append(f"- this run: {ledger.get('wall_seconds', 0):.1f} s wall, "
+        lines.append(f"- this run: {ledger.get('wall_seconds') or 0:.1f} s wall, "
                      + (f"{energy:.3g} kWh, " if energy is not None else "")
                      + f"{((ledger.get('flops') or {}).get('total') or 0):.3g} FLOPs (`ecotrain ledger {run.path}`)")
     lines += ["", *_export_lines(exports)]
@@ -171,7 +174,15 @@ def _chosen(shipped: Shipped) -> str:
         text += (f" Seeds {', '.join(str(r.seed) for r in shipped.group)} were trained with one recipe; the one "
                  f"shipped is {shipped.chosen_because}. The test figures are every seed's, with their mean and "
                  "95% t-interval.")
+    if shipped.repeated:
+        text += " " + repeated_note(shipped) + "."
     return text
+
+
+def repeated_note(shipped: Shipped) -> str:
+    """The runs a group file lists more than once: one seed each, said so."""
+    return (f"{', '.join(shipped.repeated)} listed more than once in {shipped.group_file}: counted once "
+            f"({len(shipped.group)} distinct run{'s' if len(shipped.group) != 1 else ''})")
 
 
 def _data_lines(data: dict, s: dict) -> list[str]:
@@ -236,7 +247,8 @@ def write_card(shipped: Shipped, out: Path) -> Path:
     if not ours(out):
         raise ConfigError(f"--out {out}: exists and was not written by ecotrain; choose another --out "
                           "(a README.md of your own is never replaced)")
-    atomic_write(out, card_text(shipped, read_exports(out.parent)).encode())
+    # a run folder's name need not be UTF-8 (a surrogate would not encode): its bytes are written \xNN
+    atomic_write(out, shown(card_text(shipped, read_exports(out.parent))).encode())
     return out
 
 
@@ -246,5 +258,5 @@ def cmd_card(args, ctx) -> int:
     ctx.committed()
     co2, note = emissions(shipped)
     said = f"{co2['emissions']:.4g} gCO2e ({note})" if co2 else f"CO2e {note}"
-    print(f"model card: {path} ({said})")
+    print(f"model card: {path} ({said})" + (f"; {repeated_note(shipped)}" if shipped.repeated else ""))
     return 0
