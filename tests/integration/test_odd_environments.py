@@ -131,7 +131,7 @@ def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
     monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
     assert cache.cache_dir() == tmp_path
     monkeypatch.delenv("ECOTRAIN_CACHE")
-    monkeypatch.setenv("HOME", "")  # a relative "home": the current folder is no cache
+    monkeypatch.setenv("HOME", "home")  # a relative "home": a cache in whatever folder a run starts from is none
     assert cache.cache_dir() is None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / "ecotrain"

@@ -53,7 +53,7 @@ def cache_dir() -> Optional[Path]:
     if xdg is not None and xdg.is_absolute():
         return xdg / "ecotrain"
     home = _expanded("~")
-    # HOME="" expands to a relative path: a cache in whatever folder the run starts from would be no cache
+    # a relative HOME: a cache in whatever folder the run starts from would be no cache
     return home / ".cache" / "ecotrain" if home is not None and home.is_absolute() else None
 
 
