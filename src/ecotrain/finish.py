@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors.torch import save as st_save
 from torch import nn
 
 from ecotrain.assemble import Run
@@ -18,6 +17,7 @@ from ecotrain.loop import evaluate_split
 from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.device import combine_memory, memory_peaks
 from ecotrain.rundir import atomic_write, write_json
+from ecotrain.tensorfile import tensors_bytes
 from ecotrain.tracking import after_finish
 from ecotrain.version import __version__
 
@@ -158,7 +158,7 @@ def preempted_summary(run: Run) -> dict:
 
 def save_weights(path: Path, model_or_sd) -> None:
     sd = model_or_sd.state_dict() if isinstance(model_or_sd, nn.Module) else model_or_sd
-    atomic_write(path, st_save({k: v.detach().cpu().contiguous().clone() for k, v in sd.items()}))
+    atomic_write(path, tensors_bytes(dict(sd)))  # tied weights stored once, restored tied
 
 
 def versions() -> dict:

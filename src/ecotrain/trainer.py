@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import distributed, loop, rundir, threads, wings
@@ -29,6 +28,7 @@ from ecotrain.memory.planner import PLAN_FILE
 from ecotrain.precision import tf32
 from ecotrain.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.state import TrainState
+from ecotrain.tensorfile import read_tensors
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _finished(run_dir: Path, summary: dict, model: nn.Module) -> RunResult:
     nothing written; the model gets the run's final weights (model.safetensors)."""
     log.info(f"{run_dir}: the run finished at step {summary['steps']} ({summary['stopped_because']}); nothing "
              "to resume, its files are kept as they are")
-    load_model_weights(model, load_file(str(run_dir / "model.safetensors")), run_dir / "model.safetensors")
+    load_model_weights(model, read_tensors(run_dir / "model.safetensors"), run_dir / "model.safetensors")
     return RunResult(run_dir, summary, model, None)
 
 

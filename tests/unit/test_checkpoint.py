@@ -102,7 +102,7 @@ def test_changed_config_is_refused_unless_allowed(tiny_cfg, tmp_path, ecotrain_l
 
 def test_failed_save_keeps_previous_and_stops_with_a_clear_error(tiny_cfg, tmp_path, monkeypatch):
     import ecotrain.checkpoint.format as fmt
-    real = fmt._write_tensors
+    real = fmt.write_tensors
     calls = {"n": 0}
 
     def flaky(path, tensors):
@@ -111,7 +111,7 @@ def test_failed_save_keeps_previous_and_stops_with_a_clear_error(tiny_cfg, tmp_p
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, tensors)
 
-    monkeypatch.setattr(fmt, "_write_tensors", flaky)
+    monkeypatch.setattr(fmt, "write_tensors", flaky)
     with pytest.raises(CheckpointError, match=r"No space left on device; the disk is full: free space or write "
                                               r"elsewhere; earlier checkpoints are intact \(newest step-00000020\)"):
         _run(tiny_cfg, tmp_path)

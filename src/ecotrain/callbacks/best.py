@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ecotrain.callbacks.base import Callback
+from ecotrain.tensorfile import cpu_copy
 
 
 class BestTracker(Callback):
@@ -22,7 +23,7 @@ class BestTracker(Callback):
         value = record[self.monitor]
         if self.improved(value, state.best_metric):
             state.best_metric, state.best_step, state.evals_since_best = value, state.step, 0
-            state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in state.eval_model().state_dict().items()}
+            state.best_weights = cpu_copy(state.eval_model().state_dict())
         else:
             state.evals_since_best += 1
 

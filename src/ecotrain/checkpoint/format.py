@@ -21,10 +21,11 @@ from typing import Any
 import torch
 import xxhash
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
 
+from ecotrain import safeload
 from ecotrain.errors import CheckpointError, os_advice
 from ecotrain.rundir import fsync_dir
+from ecotrain.tensorfile import aliases_of, read_tensors, write_tensors
 from ecotrain.userpath import user_path
 
 FORMAT = "ecotrain-checkpoint/1"
@@ -87,15 +88,6 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _write_tensors(path: Path, tensors: dict) -> None:
-    save_file(tensors, str(path))  # written by safetensors' Rust code, mostly outside the GIL
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
                      extra_files: list[str] = (), staged: Path | None = None) -> Path:
     """Atomically create `folder` holding `tensors` and `meta`. Raises CheckpointError on failure,
@@ -107,7 +99,7 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], meta: dict,
         if staged is None:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-        _write_tensors(tmp / "tensors.safetensors", tensors)
+        write_tensors(tmp / "tensors.safetensors", tensors)  # tied tensors once, aliases kept
         _write(tmp / "meta.json", json.dumps(meta, sort_keys=True).encode())
         names = [*FILES, *extra_files]
         manifest = {"format": FORMAT, "step": meta.get("position", {}).get("step"),
@@ -161,10 +153,12 @@ def _reason(exc: BaseException) -> str:
 
 
 def safetensors_keys(path: Path, what: str) -> set[str]:
-    """Parse a .safetensors file's header (offsets must cover the file exactly); its tensor names."""
+    """Parse a .safetensors file's header (offsets must cover the file exactly); its tensor names, the
+    aliases of tied tensors included."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            return set(f.keys())
+            keys = set(f.keys())
+        return keys | set(aliases_of(path, what))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"{what}: not a readable safetensors file ({_reason(exc)})") from None
 
@@ -238,7 +232,7 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """Verify, then load `(tensors, meta)`. Never unpickles anything."""
     verify_checkpoint(folder)
     try:
-        tensors = load_file(str(Path(folder) / "tensors.safetensors"))
+        tensors = read_tensors(Path(folder) / "tensors.safetensors", str(folder))
         meta = json.loads((Path(folder) / "meta.json").read_text())
     except (SafetensorError, OSError, ValueError) as exc:  # changed since it was verified
         raise CheckpointError(f"{folder}: cannot be read ({_reason(exc)})") from None
@@ -255,13 +249,10 @@ def load_state_dict_file(path: Path, what: str = "weights file") -> dict[str, to
     if path.suffix == ".safetensors":
         safetensors_keys(path, str(path))  # one line for a file that is not safetensors
         try:
-            return load_file(str(path))
+            return read_tensors(path)
         except (SafetensorError, OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: not a readable safetensors file ({_reason(exc)})") from None
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # weights_only refuses arbitrary objects with an UnpicklingError
-        raise CheckpointError(f"{path}: not a plain state_dict loadable with weights_only=True ({type(exc).__name__})") from None
+    sd = safeload.torch_load(path, str(path))
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):

@@ -149,9 +149,25 @@ def restore(state, cbs, augment, tensors: dict, meta: dict, where: Path, allow_m
     return whole
 
 
+def tied_from(own: dict, saved: dict) -> dict:
+    """{missing key: the saved tensor of the key it is tied to in the model} (same memory in `own`)."""
+    first = {}
+    for k, v in own.items():
+        if k in saved and v.numel():
+            first.setdefault((v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape)), k)
+    out = {}
+    for k, v in own.items():
+        if k not in saved and v.numel():
+            partner = first.get((v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape)))
+            if partner is not None:
+                out[k] = saved[partner]
+    return out
+
+
 def load_model_weights(model, saved: dict, where) -> None:
     """`model.load_state_dict(saved)`, or one clear error naming the keys that do not match."""
     own = model.state_dict()
+    saved = {**saved, **tied_from(own, saved)}  # a file that stores a tied weight once (Hugging Face's)
     missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
     if missing or unexpected:
         raise CheckpointError(f"{where}: weights are for a different model: missing keys {missing[:5]}, "

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from ecotrain.errors import ConfigError
+from ecotrain import safeload
+from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.export.program import META_FILE, quiet_torch
 
 EXTRA = "needs the onnx extra: pip install 'ecotrain[onnx]'"
@@ -71,4 +73,9 @@ def load(path) -> Session:
     """An .onnx file to run (predict): the runtime is needed, not the exporter."""
     if not has_runtime():
         raise ConfigError(f"predict {path}: an .onnx model {EXTRA} (onnxruntime not installed)")
-    return Session(str(path))
+    data = Path(path).read_bytes()
+    safeload.check_onnx(data, str(path))
+    try:
+        return Session(data)  # bytes, not the path: nothing beside the file is read
+    except Exception as exc:  # onnxruntime's InvalidProtobuf, InvalidGraph, ...
+        raise CheckpointError(f"{path}: not a readable ONNX model ({' '.join(str(exc).split())[:200]})") from None

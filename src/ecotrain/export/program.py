@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
+from ecotrain import safeload
 from ecotrain.batch import leaves, tree_map
 from ecotrain.data.sources import iter_batches
 from ecotrain.errors import ConfigError
@@ -165,11 +166,11 @@ def pt2_bytes(ep: ExportedProgram, meta: dict) -> bytes:
 
 
 def load_pt2(source: bytes | str | Path) -> tuple[ExportedProgram, dict]:
-    """(program, ecotrain.json) of a .pt2 archive, read back as any user of the file would."""
-    extra = {META_FILE: ""}
-    ep = torch.export.load(io.BytesIO(source) if isinstance(source, bytes) else source, extra_files=extra)
+    """(program, ecotrain.json) of a .pt2 archive, through the safe reader (safeload.py: nothing in the
+    file is unpickled or evaluated)."""
+    ep, extra = safeload.load_pt2(source)
     try:
-        meta = json.loads(extra[META_FILE]) if extra[META_FILE] else {}
+        meta = json.loads(extra.get(META_FILE) or "{}")
     except ValueError:
         meta = {}
     return ep, meta if isinstance(meta, dict) else {}

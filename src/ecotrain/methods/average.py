@@ -36,6 +36,7 @@ from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.replay import check_pinned, file_digest, run_file
+from ecotrain.tensorfile import cpu_copy
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Average(Method):
         self.state = state  # alpha auto evaluates each candidate with the run's task on the val split
         bare = state.dist.unwrap(state.model)
         if self.previous is None:  # a new run: the model still holds the weights it was initialised from
-            self.previous = {k: v.detach().cpu().clone() for k, v in bare.state_dict().items()}
+            self.previous = cpu_copy(bare.state_dict())
         else:  # a weights file, or the snapshot a resume restored: refuse a mismatch before training
             check_same_layout(bare.state_dict(), self.previous, self._where())
 

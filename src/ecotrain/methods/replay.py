@@ -48,6 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ecotrain.device import current_index, same_device
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
+from ecotrain.tensorfile import read_tensors
 from ecotrain.userpath import user_path
 
 
@@ -105,10 +106,9 @@ def exported_file(path: str | Path, where: str) -> Path:
 def read_exported(path: Path, key: str, where: str) -> dict[str, torch.Tensor]:
     """The tensors a method exported under `key/` (finish writes them so), the prefix removed."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
-        tensors = load_file(str(path))
+        tensors = read_tensors(path, where)  # export.safetensors is written by tensorfile (aliases)
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"{where}: {path} is not a readable safetensors file ({exc})") from None
     prefix = f"{key}/"
