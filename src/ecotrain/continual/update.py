@@ -44,6 +44,7 @@ from ecotrain.inference import load_trained
 from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
+from ecotrain.tensorfile import cpu_copy
 from ecotrain.trainer import fit
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
@@ -248,7 +249,7 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
     weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
     if averaged is not None:  # what the gate measured: the averaged model, not the run's own weights
-        weights = {k: v.detach().cpu().clone() for k, v in cand.state_dict().items()}
+        weights = cpu_copy(cand.state_dict())
     seen = sorted(set(base_meta["classes_seen"]) | set(int(v) for v in torch.unique(y_train)))
     meta = {"format": "ecotrain-version/1", "parent": base, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "config": cfg.to_dict(), "input_shape": base_meta["input_shape"], "num_classes": base_meta["num_classes"],
@@ -317,7 +318,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     files[ROUTER_FILE] = write_router_sample(tx.float(), cfg.get("seed", 0), work)
     if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
         model = merge(model) if is_adapted(model) else model
-    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    weights = cpu_copy(model.state_dict())
     why = f"registered from run {run}"
 
     def settle(idx: dict, name: str) -> None:
