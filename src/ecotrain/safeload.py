@@ -76,8 +76,8 @@ def load_pt2(source: bytes | str | Path, what: str | None = None):
     """(ExportedProgram, {extra file name: text}) of a .pt2 archive, checked first (`check_pt2`)."""
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
     what = what or (str(source) if not isinstance(source, bytes) else "the .pt2 archive")
-    check_pt2(data, what)
-    extra: dict[str, str] = {}
+    # torch fills the dict it is given, but replaces an empty one: name every extra file up front
+    extra = {name: "" for name in check_pt2(data, what)}
     try:
         with weights_only():
             ep = torch.export.load(io.BytesIO(data), extra_files=extra)
@@ -87,8 +87,9 @@ def load_pt2(source: bytes | str | Path, what: str | None = None):
     return ep, extra
 
 
-def check_pt2(data: bytes, what: str) -> None:
-    """Refuse, before torch reads anything of it, an archive that would unpickle or evaluate code."""
+def check_pt2(data: bytes, what: str) -> list[str]:
+    """Refuse, before torch reads anything of it, an archive that would unpickle or evaluate code; the
+    names of its extra files."""
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
         entries = {_strip_top(i.filename): i for i in z.infolist()}
@@ -128,6 +129,7 @@ def check_pt2(data: bytes, what: str) -> None:
         if sample in names and entries[sample].file_size:
             torch_load(io.BytesIO(read(sample)), f"{what}: entry '{sample}'")
         _check_program(_json(read(m), what, m), what, refuse)
+    return [n[len(EXTRA_DIR):] for n in names if n.startswith(EXTRA_DIR)]
 
 
 def _strip_top(name: str) -> str:
