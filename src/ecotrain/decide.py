@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ecotrain.accounting.report import figure, read_ledger
+from ecotrain.accounting.report import figure, read_ledger, read_summary
 from ecotrain.errors import ConfigError
-from ecotrain.jsonfile import read_json
 from ecotrain.rundir import write_json
 from ecotrain.stats import seeds_to_decide, sequential_interval, spread, verdict as verdict_of
 
@@ -61,7 +60,7 @@ def next_seed(seeds: list[int], avoid: set[int]) -> int:
 
 def drops(base: list[str], cand: list[str], metric: str) -> tuple[list[float], list[float]]:
     """(baseline values, candidate values) ordered so that drop = hi - lo (a loss's rise is its drop)."""
-    b, c = ([read_json(Path(r) / "summary.json", "run summary", {metric: float})[metric] for r in runs]
+    b, c = ([read_summary(r, {metric: float})[metric] for r in runs]
             for runs in (base, cand))
     return (b, c) if "loss" not in metric else (c, b)
 

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ecotrain import loop
+from ecotrain import contract, loop
+from ecotrain.accounting.report import read_summary
 from ecotrain.checkpoint import list_checkpoints, read_checkpoint
 from ecotrain.checkpoint.format import load_state_dict_file, unflatten
 from ecotrain.checkpoint.snapshot import load_model_weights
@@ -40,9 +41,8 @@ from ecotrain.config import Config, _merge, build_config, load_config, parse_ove
 from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
-from ecotrain.data.builtin import _tensors, csv_features, csv_numbers, describe, read_csv
+from ecotrain.data.builtin import read_csv
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
-from ecotrain.jsonfile import read_json
 from ecotrain.log import log
 from ecotrain.methods import build_methods
 from ecotrain.methods.bn_domain import serving, use_domain
@@ -66,7 +66,7 @@ class Trained:
     weights: str  # where the weights came from
     out_dir: Path  # where eval writes by default
     prefix: str  # "" for a run folder, "<checkpoint>-" for a checkpoint
-    columns: Optional[list[str]] = None  # trained on a CSV: its feature columns, by name and in order
+    columns: Optional[list[str]] = None  # trained on a table (CSV, Parquet, hf:): its feature columns, by name
 
     @property
     def is_lm(self) -> bool:
@@ -110,7 +110,7 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
     cfg, weights, where, out_dir, prefix = _locate(path)
     columns = kept_columns(path, prefix, out_dir, cfg)
     data_cfg = cfg
-    if columns and not cfg.data.features:  # the run's own file, read by the names kept, whatever its order now
+    if columns and not cfg.data.features and cfg.data.name == "csv":  # its own file, by the names kept
         data_cfg = cfg.model_copy(deep=True)
         data_cfg.data.features = columns
     try:
@@ -130,14 +130,13 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
 
 
 def kept_columns(path: Path, prefix: str, out_dir: Path, cfg: Config) -> Optional[list[str]]:
-    """The feature columns a CSV-trained model takes, as its run's summary.json keeps them (None: not
-    trained on a CSV, or no finished run to say: a checkpoint of a running one, a run from before)."""
+    """The feature columns a model trained on a table (CSV, Parquet, hf:) takes, as its run's summary.json
+    keeps them (None: no named columns, or no finished run to say: a checkpoint of a running one)."""
     in_a_run = path.parent.name == "checkpoints" and path.parent.parent == out_dir  # RUN/checkpoints/step-N
     run = path if not prefix else out_dir if in_a_run else None
-    if cfg.data.name != "csv" or run is None or not (run / "summary.json").is_file():
+    if run is None or not (run / "summary.json").is_file():
         return None
-    summary = read_json(run / "summary.json", "run summary", {"inputs?": dict, "inputs.columns?": list,
-                                                              "inputs.columns.*?": str})
+    summary = read_summary(run, {"inputs?": dict, "inputs.columns?": list, "inputs.columns.*?": str})
     return list((summary.get("inputs") or {}).get("columns") or []) or None
 
 
@@ -186,23 +185,9 @@ def _labelled(cfg: Config) -> bool:
 
 def _features_only(cfg: Config) -> ArraySource:
     """An unlabelled .npz (`x`) or .csv (every column a feature), checked like training data; labels -1."""
-    path = Path(cfg.data.path)
-    if cfg.data.name == "npz":
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if "x" not in z.files:
-                    raise DataError(f"{path}: missing array 'x' (found {list(z.files)}); save with np.savez(path, x=...)")
-                x = z["x"]
-        except EcotrainError:
-            raise
-        except Exception as exc:
-            raise DataError(f"{path}: cannot read as .npz ({describe(exc)})") from None
-    else:  # every column a feature, or data.features (the model's columns, by name) in that order
-        header, body = read_csv(path)
-        x = csv_numbers(path, header, body, csv_features(header, cfg.data.features, None, path))
-    n = len(x)
-    xt, _ = _tensors(x, np.zeros(n, dtype=np.int64), str(path))
-    return ArraySource(xt, torch.full((n,), -1, dtype=torch.long))
+    path = Path(cfg.data.path)  # a CSV's every column a feature, or data.features (by_name's) in that order
+    xt, _ = contract.read_file(path, cfg.data.features, True, None, f"--data {path}", path, say=False)  # by_name said
+    return ArraySource(xt, torch.full((len(xt),), -1, dtype=torch.long))
 
 
 class Concat:
@@ -261,17 +246,9 @@ def eval_data(trained: Trained, items: Sequence[str], split: Optional[str], need
         src, split = _pick(load_data(dcfg), split, what)
         labelled = True
     x0, _ = src.take(torch.tensor([0]))
-    shape, want = tuple(x0.shape[1:]), tuple(trained.bundle.input_shape)
-    if shape != want:
-        def size(s):
-            return f"{int(np.prod(s))} features (shape {s})" if len(s) <= 1 else f"shape {s}"
-        raise DataError(f"{what}: samples have {size(shape)}, but the model in {trained.source} was trained on "
-                        f"{size(want)}")
-    n_cls = trained.bundle.num_classes
-    if labelled and n_cls is not None and not trained.is_lm:
-        top = int(src.labels().max())
-        if top >= n_cls:
-            raise DataError(f"{what}: label {top} is out of range: the model has {n_cls} classes (0 to {n_cls - 1})")
+    contract.check_shape(x0.shape[1:], trained.bundle.input_shape, what, trained.source, "was trained on")
+    if labelled and not trained.is_lm:
+        contract.check_label_range(src.labels(), trained.bundle.num_classes, what)
     return src, split, f"{label}-{split}", labelled
 
 
@@ -288,22 +265,9 @@ def by_name(dcfg: Config, trained: Trained, what: str) -> Config:
                  f"({', '.join(want)})")
         return dcfg
     header, _ = read_csv(Path(dcfg.data.path), header_only=True)
-    have = [c for c in header if c != dcfg.data.target]
-    missing = [c for c in want if c not in have]
-    unknown = [] if trained.config.data.features else [c for c in have if c not in want]
-    if missing or unknown:
-        said = [f"no column {_names(missing)}"] if missing else []
-        said += [f"column {_names(unknown)} the model was not trained on"] if unknown else []
-        raise DataError(f"{what}: {' and '.join(said)}; the model in {trained.source} takes the columns "
-                        f"{', '.join(want)}, by name in any order: give a file with those")
-    if [c for c in have if c in want] != want:
-        log.info(f"{what}: columns in another order than the training data's; read by name, as {', '.join(want)}")
-    dcfg.data.features = list(want)
+    dcfg.data.features = contract.match_columns(header, want, dcfg.data.target, bool(trained.config.data.features),
+                                                what, trained.source)
     return dcfg
-
-
-def _names(cols: list[str]) -> str:
-    return ", ".join(f"'{c}'" for c in cols)
 
 
 # -- eval and predict ---------------------------------------------------------------------------
@@ -392,6 +356,7 @@ def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] =
                 out_[rows.to(dev)] = part
         if out_.dim() != 2:
             raise ConfigError(f"predict: the model's output has shape {tuple(out_.shape)}, not (samples, classes)")
+        contract.check_outputs(out_, start, trained.source)
         probs = torch.softmax(out_.float(), -1).cpu()
         if n_cls is None:
             n_cls = probs.shape[1]

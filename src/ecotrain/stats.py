@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+ALPHA = 0.05
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
         2.045, 2.042)
@@ -44,6 +45,7 @@ class Interval:
     low: float
     high: float
     n: int
+    level: float = 1 - ALPHA  # the interval's coverage: 0.95, or a sequential look's wider one
 
     @property
     def half(self) -> float:
@@ -86,9 +88,6 @@ def diff_ci(base: Sequence[float], cand: Sequence[float], paired: bool) -> Inter
     return Interval(d, d - h, d + h, min(na, nb))
 
 
-ALPHA = 0.05
-
-
 @functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
     """The `p` quantile of Student's t (any p, any df >= 1), from SciPy (scikit-learn's dependency)."""
@@ -113,10 +112,10 @@ def sequential_interval(diffs: Sequence[float], look: int) -> Interval:
     n = len(xs)
     m = sum(xs) / n
     if n < 2:
-        return Interval(m, -math.inf, math.inf, n)
+        return Interval(m, -math.inf, math.inf, n, 1 - look_alpha(look))
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
     h = t_quantile(1 - look_alpha(look) / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(m, m - h, m + h, n)
+    return Interval(m, m - h, m + h, n, 1 - look_alpha(look))
 
 
 def seeds_to_decide(mean: float, sd: float, allowance: float, cap: int = 1000,

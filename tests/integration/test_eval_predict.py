@@ -107,3 +107,37 @@ def test_bn_report_prints_the_layers(tmp_path):
     r = run_cli("bn-report", tmp_path / "r")
     assert r.returncode == 0, r.stderr
     assert "BatchNorm policy: recompute" in r.stdout and "stem.1" in r.stdout and "eval mode" in r.stdout
+
+
+def test_a_parquet_run_reads_a_csv_by_column_name(tmp_path):
+    """A run trained from Parquet keeps its feature columns (summary.json `inputs`), so a CSV with the
+    columns in another order gives the same predictions, and one without a column is one line; before,
+    the CSV was read by position and reordered columns changed predictions without a word."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(150, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 2] > 0.5)  # a model that ignores no column's position
+    names = ["w", "x", "y", "z"]
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({**{n: x[:, i] for i, n in enumerate(names)}, "label": y}), tmp_path / "p" / "a.parquet")
+    run = tmp_path / "run"
+    fit(Config.model_validate({**TINY, "data": {"name": f"parquet:{tmp_path / 'p'}", "batch_size": 32,
+                                                 "val_split": 0.15}}), run_dir=run, quiet=True)
+    assert json.loads((run / "summary.json").read_text())["inputs"] == {"columns": names}
+
+    def table(path, order):
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(order + ["label"])
+            w.writerows([[repr(float(x[r, names.index(c)])) for c in order] + [int(y[r])] for r in range(150)])
+
+    table(tmp_path / "same.csv", names)
+    table(tmp_path / "swap.csv", names[::-1])
+    predict(run, [str(tmp_path / "same.csv")], tmp_path / "same-p.csv")
+    predict(run, [str(tmp_path / "swap.csv")], tmp_path / "swap-p.csv")
+    read = lambda p: list(csv.DictReader(open(p)))  # noqa: E731
+    assert read(tmp_path / "swap-p.csv") == read(tmp_path / "same-p.csv")
+    table(tmp_path / "miss.csv", ["z", "w", "x"])
+    r = run_cli("predict", run, "--data", tmp_path / "miss.csv", "--out", tmp_path / "miss-p.csv")
+    assert r.returncode == 2 and "no column 'y'" in r.stderr and "by name" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "miss-p.csv").exists()

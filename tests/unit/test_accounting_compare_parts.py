@@ -279,3 +279,14 @@ def test_a_seed_group_is_distinct_runs(tmp_path):
     assert judge(base, [cand])[1] in ("PASS", "FAIL", "INCONCLUSIVE")  # distinct runs: a verdict
     unknown = [make_run(tmp_path / f"u{i}", 0.9, 1.0) for i in range(2)]  # seeds not recorded: folders still count
     assert judge(unknown, [cand])[1] in ("PASS", "FAIL", "INCONCLUSIVE")
+
+
+def test_a_sequential_look_prints_its_own_level_not_95(tmp_path):
+    """At look 2 the interval is the 99.17% one (alpha 0.05 / 6): printed so, never as a 95% CI."""
+    b = [make_run(tmp_path / f"b{s}", a, 1.0, seed=s) for s, a in ((0, 0.90), (1, 0.92), (2, 0.91))]
+    c = [make_run(tmp_path / f"c{s}", a, 0.4, seed=s) for s, a in ((0, 0.90), (1, 0.91), (2, 0.905))]
+    report, _ = judge(b, c, look=2)
+    line = _line(report, "test_accuracy:")
+    assert "99.17% CI [" in line and "95% CI" not in line and "sequential look 2: 99.1667% interval" in line
+    report, _ = judge(b, c)
+    assert "95% CI [" in _line(report, "test_accuracy:")

@@ -174,3 +174,32 @@ def test_onnx_without_the_extra_is_one_line_naming_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # find_spec: not installed
     with pytest.raises(ConfigError, match=r"needs the onnx extra: pip install 'ecotrain\[onnx\]'"):
         onnxfile.require()
+
+
+def test_parity_refuses_nan_outputs_whatever_the_tolerance():
+    """A program that returns NaN where eager is finite: a Python max() kept the old figure and passed it."""
+    torch.manual_seed(0)
+    model, src, task = ConvBase(40, 10).eval(), _cnn_data(), ClassificationTask()
+
+    def nan_program(x):
+        out = model(x).clone()
+        out[0, 3] = float("nan")
+        return out
+
+    record = check(model, {"program": nan_program}, task, src, 16)
+    assert record["program"]["nonfinite"] == record["nonfinite"] > 0 and record["max_abs_diff"] == 0
+    with pytest.raises(EcotrainError, match=r"returns NaN/Inf for \d+ output values? .* nothing was written"):
+        enforce(record, 1e30, "the pt2 export")
+    same = check(model, {"program": lambda x: model(x) * float("nan")}, task, src, 16)  # wholly NaN: refused too
+    assert same["nonfinite"] > 0
+
+
+def test_parity_accepts_the_eager_models_own_nan():
+    """NaN reproduced where eager makes it is parity (the export is faithful), and the figures stay finite."""
+    class Half(nn.Module):
+        def forward(self, x):
+            return torch.where(x[:, :10] > 0, x[:, :10], float("nan"))
+
+    src, task = _cnn_data(), ClassificationTask()
+    record = check(Half(), {"program": Half()}, task, src, 16)
+    assert record["nonfinite"] == 0 and record["max_abs_diff"] == 0 and record["relative_diff"] == 0

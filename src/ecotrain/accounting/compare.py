@@ -28,10 +28,9 @@ from typing import Optional, Sequence
 
 import yaml
 
-from ecotrain.accounting.report import (SUMMARY_STRINGS, check_numbers, contended, FIGURES, figure, missing_reason,
-                                       num, read_ledger, table)
+from ecotrain.accounting.report import (contended, FIGURES, figure, missing_reason, num, read_ledger, read_summary,
+                                       table)
 from ecotrain.errors import ConfigError
-from ecotrain.jsonfile import read_json
 from ecotrain.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
                             verdict)
 
@@ -52,9 +51,7 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
             raise ConfigError(f"{run_dir}: not a run folder (no summary.json, no config.yaml); "
                               "give the folders that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no summary.json (the run did not finish)")
-    summary = read_json(path, "run summary")
-    check_numbers(summary, path, SUMMARY_STRINGS)
-    return summary, read_ledger(run_dir)
+    return read_summary(folder), read_ledger(run_dir)
 
 
 def run_seed(run_dir: str, summary: dict) -> Optional[int]:
@@ -116,7 +113,8 @@ def _mean(vals: Sequence[float]) -> float:
 
 
 def _ci(iv: Interval, fmt) -> str:
-    return f"{fmt(iv.mean)}, 95% CI [{fmt(iv.low)}, {fmt(iv.high)}]"
+    """'mean, 95% CI [low, high]': the level the interval has (a sequential look's is wider than 95%)."""
+    return f"{fmt(iv.mean)}, {iv.level * 100:.4g}% CI [{fmt(iv.low)}, {fmt(iv.high)}]"
 
 
 def _signed(x: float) -> str:

@@ -1,8 +1,16 @@
-"""ledger.json: write, read, print, and restate a run's CO2e on other grids (`ecotrain ledger`)."""
+"""ledger.json: write, read, print, and restate a run's CO2e on other grids (`ecotrain ledger`).
+
+Also the one schema for reading back a run's summary.json and ledger.json (`read_summary`,
+`read_ledger`, `check_numbers`): typed, and the quantities ecotrain writes (seconds, FLOPs, kWh, CO2e,
+money, counts) finite and not negative, so a damaged or hand-edited file is one line naming the file
+and the field, never a NaN or negative figure published by `card`, `compare` or `report`. Metrics
+(`test_*`, `val_*`, `train_*`, `best_val_metric`) may be negative, and NaN (a diverged run's).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -63,6 +71,15 @@ def read_ledger(run_dir, table: bool = False) -> dict:
     return ledger
 
 
+def read_summary(run_dir, fields: Optional[dict] = None) -> dict:
+    """A run folder's summary.json read back with the schema above (`fields`: what the caller needs
+    besides, as jsonfile.read_json takes them)."""
+    path = Path(run_dir) / "summary.json"
+    summary = read_json(path, "run summary", fields)
+    check_numbers(summary, path, SUMMARY_STRINGS)
+    return summary
+
+
 def check_readable(ledger: dict, path, table: bool = True) -> None:
     """The ledger read as its reader will (each figure; with `table`, also the table and the run's last
     line), once, here: a damaged file, or one from another version, is one line naming it, not a
@@ -94,12 +111,14 @@ NUMERIC_PATHS = frozenset("""
 
 
 SUMMARY_STRINGS = frozenset("dataset_hash device last_checkpoint monitor name stopped_because".split())
-NUMERIC_PATHS = NUMERIC_PATHS | {"best_step", "best_val_metric"}
+QUANTITIES = NUMERIC_PATHS | {"best_step"}  # finite and 0 or more wherever they appear
+NUMERIC_PATHS = QUANTITIES | {"best_val_metric"}
 
 
 def check_numbers(tree, path, strings: frozenset = frozenset(), prefix: str = "") -> None:
     """One line when a hand-edited or damaged run file holds text where ecotrain wrote a number (the
-    paths above, and every top-level test_/val_/train_ metric), before any arithmetic meets it."""
+    paths above, and every top-level test_/val_/train_ metric), or a quantity that is NaN, infinite or
+    negative, before any arithmetic meets it."""
     if not isinstance(tree, dict):
         return
     for k, v in tree.items():
@@ -108,6 +127,9 @@ def check_numbers(tree, path, strings: frozenset = frozenset(), prefix: str = ""
         if numeric and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not a number; the file was edited or "
                               "damaged: restore it, or run the training again")
+        if key in QUANTITIES and v is not None and not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{path}: '{key}' is {json.dumps(v)}, not a finite number of 0 or more; the file was "
+                              "edited or damaged: restore it, or run the training again")
         if key in strings and v is not None and not isinstance(v, str):
             raise ConfigError(f"{path}: '{key}' is {json.dumps(v)[:40]}, not text; the file was edited or "
                               "damaged: restore it, or run the training again")

@@ -48,6 +48,10 @@ def check_labels(y: torch.Tensor, where: str, num_classes: int | None = None, hi
     """Integer class ids from 0 to num_classes - 1 (or at least 0 when num_classes is unknown);
     `hint`, what to do, is added to an out-of-range label's message."""
     if torch.is_floating_point(y):
+        bad = ~torch.isfinite(y.reshape(-1))
+        if bool(bad.any()):
+            raise DataError(f"{where}: labels hold NaN/Inf (first at row {int(bad.nonzero()[0, 0])}); every row "
+                            "needs a class id: fill or drop those rows")
         if not torch.equal(y, y.round()):
             raise DataError(f"{where}: labels must be integer class ids, got fractional values")
         y = y.long()
@@ -347,7 +351,7 @@ def load_data(cfg: Config) -> DataBundle:
     name = cfg.data.name
     if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
         return load_text(cfg)
-    own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv)
+    own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv, tables)
     if name in BUILTIN:
         try:
             (x, y), test, num_classes, *named = BUILTIN[name](cfg)  # csv adds its feature columns' names
@@ -365,13 +369,15 @@ def load_data(cfg: Config) -> DataBundle:
             inputs = named[0]
     elif name.startswith(("hf:", "parquet:", "shards:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
         base, own_val, test_src, num_classes = _on_disk(cfg)
+        inputs = _table_columns(base)
     else:
         (base, num_classes), test_src = _user_dataset(cfg), None
     num_classes = _check_splits(cfg, base, own_val, test_src, num_classes)
     labels = base.labels()
     if own_val is not None:  # the dataset's own validation split
         x0, _ = base.take(torch.tensor([0]))
-        return DataBundle(base, own_val, test_src, num_classes, tuple(x0.shape[1:]), extra=_stream_extra(base))
+        extra = _stream_extra(base) | _named(inputs, x0)
+        return DataBundle(base, own_val, test_src, num_classes, tuple(x0.shape[1:]), extra=extra)
     if test_src is None and cfg.data.test_split > 0:
         keep, held = stratified_split(labels, cfg.data.test_split, cfg.seed + 1, cfg.data.stratify)
         if len(keep) == 0:
@@ -389,8 +395,22 @@ def load_data(cfg: Config) -> DataBundle:
     val = subset(base, held) if len(held) else None
     train = subset(base, keep)
     x0, _ = train.take(torch.tensor([0]))
-    extra = _stream_extra(train) | ({"inputs": inputs} if inputs else {})
+    extra = _stream_extra(train) | _named(inputs, x0)
     return DataBundle(train, val, test_src, num_classes, tuple(x0.shape[1:]), extra=extra)
+
+
+def _table_columns(src) -> Optional[dict]:
+    """A Parquet or `hf:` table's feature columns, by name (`.cols` of its source), as the csv loader
+    gives them: the model's input contract, kept in summary.json so predict reads a CSV by name."""
+    cols = getattr(src, "cols", None)
+    return {"columns": list(cols)} if isinstance(cols, list) and cols else None
+
+
+def _named(inputs: Optional[dict], x0: torch.Tensor) -> dict:
+    """`{"inputs": ...}` when each named column is one feature (a list column's width has no names)."""
+    if not inputs or tuple(x0.shape[1:]) != (len(inputs["columns"]),):
+        return {}
+    return {"inputs": inputs}
 
 
 # An inferred head this wide, for labels this sparse, is a file of ids (user ids, years), not class ids:

@@ -78,6 +78,7 @@ def cmd_export(args, ctx) -> int:
     ep = trace(trained.model, inputs, kwargs, task.name in SEQUENCE_TASKS)
     meta = {"ecotrain": __version__, "run": str(run), "task": task.name, "num_classes": bundle.num_classes,
             "inputs": input_spec(ep), "columns": trained.columns, "target": trained.config.data.target,
+            "columns_chosen": bool(trained.config.data.features),  # other columns of a CSV are ignored
             "bn_statistics": bn}
     data = pt2_bytes(ep, meta)
     runners = {"program": load_pt2(data)[0].module()}  # the file's own bytes, read back as a user would

@@ -5,6 +5,10 @@ outputs' size, and the test metrics of each (`loop.evaluate`, the one evaluation
 
 Tolerance: the largest difference divided by the largest eager output magnitude (at least 1, so
 outputs near zero are held to an absolute 1e-4); above it, the export is refused.
+
+NaN and Inf: an output the exported program makes non-finite where the eager model's is finite (or
+finite where eager's is not, or another NaN/Inf than eager's) is counted (`nonfinite`) and refuses the
+export whatever the tolerance; a Python `max()` meeting a NaN would keep the old value and pass it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class Compared(nn.Module):
     def __init__(self, eager: nn.Module, other: Callable):
         super().__init__()
         self.eager, self._other = eager, (other,)
-        self.max_abs_diff, self.max_abs_eager = 0.0, 0.0
+        self.max_abs_diff, self.max_abs_eager, self.nonfinite = 0.0, 0.0, 0
 
     def forward(self, *args, **kwargs):
         ref, got = self.eager(*args, **kwargs), self._other[0](*args, **kwargs)
@@ -39,9 +43,22 @@ class Compared(nn.Module):
                                 f"{[tuple(y.shape) for y in b]}, the eager model {[tuple(x.shape) for x in a]}")
         for x, y in zip(a, b):
             if x.numel():
-                self.max_abs_diff = max(self.max_abs_diff, float((x.double() - y.double()).abs().max()))
-                self.max_abs_eager = max(self.max_abs_eager, float(x.double().abs().max()))
+                diff, eager, nonfinite = compare_outputs(x, y)
+                self.max_abs_diff, self.max_abs_eager = max(self.max_abs_diff, diff), max(self.max_abs_eager, eager)
+                self.nonfinite += nonfinite
         return got
+
+
+def compare_outputs(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int]:
+    """(largest |x - y| where both are finite, largest finite |x|, how many elements differ in being
+    NaN/Inf): every figure finite, so the running maxima never meet a NaN."""
+    x, y = x.detach().double().cpu(), y.detach().double().cpu()
+    fx, fy = torch.isfinite(x), torch.isfinite(y)
+    same = (x == y) | (torch.isnan(x) & torch.isnan(y))  # eager's own NaN/Inf, reproduced, is parity
+    both = fx & fy
+    diff = float((x[both] - y[both]).abs().max()) if bool(both.any()) else 0.0
+    eager = float(x[fx].abs().max()) if bool(fx.any()) else 0.0
+    return diff, eager, int((~both & ~same).sum())
 
 
 def check(model: nn.Module, runners: dict[str, Callable], task, source, batch_size: int) -> dict:
@@ -52,14 +69,24 @@ def check(model: nn.Module, runners: dict[str, Callable], task, source, batch_si
         both = Compared(model, fn)
         got = loop.evaluate(both, source, task, batch_size, cpu, prefix="test")
         record[name] = {"max_abs_diff": both.max_abs_diff,
-                        "relative_diff": both.max_abs_diff / max(1.0, both.max_abs_eager), **got}
+                        "relative_diff": both.max_abs_diff / max(1.0, both.max_abs_eager),
+                        "nonfinite": both.nonfinite, **got}
     record["max_abs_diff"] = max(record[n]["max_abs_diff"] for n in runners)
     record["relative_diff"] = max(record[n]["relative_diff"] for n in runners)
+    record["nonfinite"] = sum(record[n]["nonfinite"] for n in runners)
     return record
 
 
 def enforce(record: dict, tolerance: float, what: str) -> None:
-    """Exit 1 with one line when the export differs from eager by more than the tolerance."""
+    """Exit 1 with one line when the export differs from eager by more than the tolerance, or makes
+    any output NaN/Inf that eager does not."""
+    bad = [n for n in record if isinstance(record[n], dict) and record[n].get("nonfinite")]
+    if bad:
+        n = record[bad[0]]["nonfinite"]
+        raise EcotrainError(f"export: parity check failed: {what} ({bad[0]}) returns NaN/Inf for {n} output "
+                            f"value{'s' if n != 1 else ''} of the test split where the eager model's are finite (or "
+                            "the other way round); nothing was written (whatever --tolerance: a NaN is no small "
+                            "difference; torch.export.draft_export(model, args) shows how the program was traced)")
     if not record["relative_diff"] <= tolerance:  # NaN fails too
         worst = max((n for n in record if isinstance(record[n], dict) and "relative_diff" in record[n]),
                     key=lambda n: record[n]["relative_diff"])

@@ -2,24 +2,25 @@
 
 No run folder, no config, no model class: the program is the file (torch.export.load, or an
 onnxruntime session), and what ecotrain needs besides it (the task, the input's dtype and shape, a CSV
-run's column names) is the `ecotrain.json` written inside it. The data is one .npz (`x`, optional `y`)
-or .csv (the model's columns by name; the target column, when there, is the label). The CSV written
-is `ecotrain predict`'s: index, prediction, label (when given), prob_0 ... prob_{K-1}.
+run's column names) is the `ecotrain.json` written inside it, checked (export/meta.py). The data is
+one .npz (`x`, optional `y`) or .csv (the model's columns by name; the target column, when there, is
+the label), checked as `predict RUN` checks it (contract.py: names, width, dtype, finiteness). The CSV
+written is `ecotrain predict`'s: index, prediction, label (when given), prob_0 ... prob_{K-1}.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ecotrain.data.builtin import csv_features, csv_numbers, read_csv
-from ecotrain.errors import ConfigError, DataError
+from ecotrain import contract
+from ecotrain.data.builtin import describe
+from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.export import onnxfile
+from ecotrain.export.meta import DTYPES, check_meta, dims
 from ecotrain.export.program import load_pt2
 from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.userpath import user_path
@@ -33,52 +34,45 @@ def is_exported(target: str) -> bool:
 
 
 def load_exported(path: Path):
-    """(callable, ecotrain.json) of an exported file."""
+    """(callable, ecotrain.json checked) of an exported file."""
     user_path(path, "predict", "give a .pt2 or .onnx file that `ecotrain export` wrote")
     if path.suffix.lower() == ".onnx":
         session = onnxfile.load(path)
-        return session, session.meta
-    try:
-        ep, meta = load_pt2(path)
-    except Exception as exc:  # a damaged or foreign archive: torch's own words, on one line
-        raise ConfigError(f"{path}: not a readable torch.export archive ({' '.join(str(exc).split())[:200]})") \
-            from None
-    return ep.module(), meta
+        return session, check_meta(session.meta, path)
+    ep, meta = load_pt2(path)  # CheckpointError, one line: damaged, foreign, or would run code
+    return ep.module(), check_meta(meta, path)
 
 
-def read_data(path: Path, meta: dict) -> tuple[np.ndarray, np.ndarray | None]:
-    """(features, labels or None) of an .npz or .csv file, for the model described by `meta`."""
-    kind = path.suffix.lower()
-    if kind == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if "x" not in z.files:
-                    raise DataError(f"{path}: missing array 'x' (found {list(z.files)}); save with np.savez(path, x=...)")
-                return z["x"], (z["y"] if "y" in z.files else None)
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            raise DataError(f"{path}: cannot read as .npz ({exc})") from None
-    if kind == ".csv":
-        header, body = read_csv(path)
-        target = meta.get("target")
-        names = csv_features(header, meta.get("columns"), target, path)
-        y = np.asarray(csv_numbers(path, header, body, [target]))[:, 0] if target in header else None
-        return np.asarray(csv_numbers(path, header, body, names)), y
-    raise DataError(f"--data {path}: not a .npz or .csv file")
-
-
-def check_inputs(x: np.ndarray, meta: dict, data: Path, model: Path) -> torch.Tensor:
-    """The features as the tensor the program takes: its dtype, and the sizes it fixes."""
+def read_inputs(data: Path, meta: dict, model: Path) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the features as the tensor the program takes, labels or None): the input contract of
+    contract.py, as `predict RUN` checks it, against the spec inside the file."""
     spec = meta.get("inputs") or []
     if len(spec) != 1:
         raise ConfigError(f"predict {model}: the model takes {len(spec) or 'unknown'} inputs; predict feeds one (x)")
-    want = spec[0]["shape"][1:]
-    have = list(x.shape[1:])
-    if len(want) != len(have) or any(isinstance(w, int) and w != h for w, h in zip(want, have)):
-        said = ["any" if isinstance(w, dict) else str(w) for w in want]
-        raise DataError(f"--data {data}: samples have shape {tuple(have)}, but {model} takes ({', '.join(said)})")
-    if x.dtype.kind not in "biuf":
-        raise DataError(f"--data {data}: features must be numbers, got dtype {x.dtype}")
-    return torch.as_tensor(np.ascontiguousarray(x), dtype=getattr(torch, spec[0]["dtype"]))
+    what = f"--data {data}"
+    x, y = contract.read_file(data, meta.get("columns"), bool(meta.get("columns_chosen")), meta.get("target"),
+                              what, model)
+    contract.check_shape(x.shape[1:], dims(spec[0]), what, model)
+    if y is not None:
+        contract.check_label_range(y, meta.get("num_classes"), what)
+    dtype = DTYPES[spec[0]["dtype"]]
+    if not dtype.is_floating_point and not torch.equal(x, x.round()):
+        row = int((x != x.round()).reshape(len(x), -1).any(1).nonzero()[0, 0])
+        raise DataError(f"{what}: the model takes whole numbers ({spec[0]['dtype']}), but row {row} holds a fraction")
+    return x.to(dtype), y
+
+
+def run_program(fn, x: torch.Tensor, model: Path) -> torch.Tensor:
+    """The program's logits; its own refusal (a guard on the input's shape or dtype, which the spec
+    in ecotrain.json did not match) is one line."""
+    try:
+        out = fn(x)
+    except EcotrainError:
+        raise
+    except Exception as exc:
+        raise DataError(f"predict: {model} refused the input ({describe(exc)}); the input spec in its "
+                        "ecotrain.json does not match its program: re-export the run with `ecotrain export`") from None
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 @torch.inference_mode()
@@ -97,17 +91,15 @@ def predict_exported(model_path, data: list[str], out) -> tuple[int, Path]:
     if meta.get("task") not in (None, "classification"):
         raise ConfigError(f"predict: {model_path} is a {meta['task']} model; predict writes class probabilities "
                           "of classifiers")
-    x_np, y = read_data(data_path, meta)
-    x = check_inputs(x_np, meta, data_path, model_path)
-    if not len(x):
-        raise DataError(f"--data {data_path}: holds no rows to predict")
+    x, y = read_inputs(data_path, meta, model_path)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     for start in range(0, len(x), BATCH):
-        logits = fn(x[start:start + BATCH])
-        logits = logits[0] if isinstance(logits, (tuple, list)) else logits
-        if logits.dim() != 2:
-            raise ConfigError(f"predict: the model's output has shape {tuple(logits.shape)}, not (samples, classes)")
+        logits = run_program(fn, x[start:start + BATCH], model_path)
+        if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+            raise ConfigError(f"predict: the model's output has shape {tuple(getattr(logits, 'shape', ()))}, not "
+                              "(samples, classes)")
+        contract.check_outputs(logits, start, model_path)
         probs = torch.softmax(logits.float(), -1)
         if start == 0:
             w.writerow(["index", "prediction", *(["label"] if y is not None else []),

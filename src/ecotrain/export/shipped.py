@@ -8,6 +8,7 @@ No torch here: `ecotrain card` reads finished runs only.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -15,6 +16,7 @@ from typing import Optional
 import yaml
 
 from ecotrain.accounting import read_ledger
+from ecotrain.accounting.report import read_summary
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
 from ecotrain.sweep import GROUP_SUFFIX, read_group
@@ -30,12 +32,19 @@ class Run:
     path: Path
     config: dict  # config.yaml as written (every key present: fit writes the validated config)
     summary: dict
-    ledger: Optional[dict]  # None: the run had ledger.enabled=false
+    ledger: Optional[dict]  # None: no ledger.json (`ledger_note` says why)
     environment: dict = field(default_factory=dict)  # environment.json: the hardware, when there
 
     @property
     def seed(self) -> Optional[int]:
         return self.config.get("seed")
+
+    @property
+    def ledger_note(self) -> str:
+        """Why there is no ledger: turned off, or a file that is gone."""
+        if (self.config.get("ledger") or {}).get("enabled", True) is False:
+            return "the run had ledger.enabled=false"
+        return f"{self.path / 'ledger.json'} is missing (restore it to state the training cost)"
 
 
 @dataclass
@@ -46,6 +55,7 @@ class Shipped:
     group: list[Run] = field(default_factory=list)  # every seed of the group, the chosen one included
     group_file: Optional[Path] = None
     chosen_because: str = ""  # how the group's run was chosen, in words
+    repeated: list[str] = field(default_factory=list)  # runs the group file lists more than once, counted once
 
 
 def read_run(path: str | Path) -> Run:
@@ -64,7 +74,7 @@ def read_run(path: str | Path) -> Run:
             from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path / 'config.yaml'}: not a config; restore it, or run the training again")
-    summary = read_json(path / "summary.json", "run summary", SUMMARY_FIELDS)
+    summary = read_summary(path, SUMMARY_FIELDS)
     ledger = read_ledger(path) if (path / "ledger.json").is_file() else None
     env = path / "environment.json"
     environment = read_json(env, "environment record") if env.is_file() else {}
@@ -82,9 +92,14 @@ def locate(target: str | Path) -> Shipped:
 
 
 def _group(file: Path) -> Shipped:
-    runs = [read_run(p) for p in read_group(file)]
+    # one run folder listed twice (or by two paths) is one seed: counting it twice would fake a seed
+    by_folder: dict[str, list[str]] = {}
+    for p in read_group(file):
+        by_folder.setdefault(os.path.realpath(p), []).append(p)
+    repeated = [ps[0] for ps in by_folder.values() if len(ps) > 1]
+    runs = [read_run(ps[0]) for ps in by_folder.values()]
     index, why = choose(runs)
-    return Shipped(runs[index], runs, file, why)
+    return Shipped(runs[index], runs, file, why, repeated)
 
 
 def validation_figure(run: Run) -> Optional[float]:

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ecotrain.accounting.report import SUMMARY_STRINGS, check_numbers, figure, missing_reason, read_ledger
+from ecotrain.accounting.report import figure, missing_reason, read_ledger, read_summary as report_summary
 from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
 from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.green import space
-from ecotrain.jsonfile import RUN_FIX, read_json
+from ecotrain.jsonfile import RUN_FIX
 from ecotrain.log import log
 from ecotrain.stats import mean_ci
 from ecotrain.trainer import fit
@@ -144,9 +144,7 @@ def higher_is_better(metric: str) -> bool:
 
 def read_summary(run_dir: Path) -> dict:
     """A finished run's summary.json, read back checked (jsonfile.py): the figures the search reads."""
-    summary = read_json(run_dir / "summary.json", "run summary", {"steps": int, "stopped_because": str})
-    check_numbers(summary, run_dir / "summary.json", SUMMARY_STRINGS)
-    return summary
+    return report_summary(run_dir, {"steps": int, "stopped_because": str})
 
 
 def read_run(run_dir: Path, metric: str, by: str) -> dict:
