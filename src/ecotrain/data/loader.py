@@ -13,6 +13,7 @@ field, summed over resumed segments) and the throughput shown by the progress ba
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ from ecotrain.data import sources
 from ecotrain.data.sources import ArraySource, LoaderSource, MapSource, item_seeds
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
+from ecotrain.orphans import die_with_parent
 
 WINDOW_BATCHES = 64  # batches per throughput window (progress bar, input-bound check)
 WARMUP_WINDOWS = 1  # the first window holds worker start-up and first reads: not judged
@@ -211,7 +213,7 @@ class Feed:
         return torch.utils.data.DataLoader(
             _TakeBatch(self.source, self.seed), batch_sampler=self._batches, collate_fn=_identity,
             num_workers=cfg.workers, prefetch_factor=cfg.prefetch, persistent_workers=cfg.persistent_workers,
-            pin_memory=self.pin, worker_init_fn=_worker_init,
+            pin_memory=self.pin, worker_init_fn=functools.partial(_worker_init, parent=os.getpid()),
             generator=torch.Generator().manual_seed(self.seed))  # else the loader draws its seed from the global RNG
 
     def _account(self, wait: float, samples: int, batches: int) -> None:
@@ -293,28 +295,14 @@ def _identity(batch):
     return batch
 
 
-def _worker_init(_worker_id: int) -> None:
+def _worker_init(_worker_id: int, parent: int | None = None) -> None:
     # the training process handles SIGTERM/SIGINT (checkpoint, then shut the workers down); a worker
     # killed by a signal sent to the whole process group would fail the loader instead
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when the training process dies (SIGKILL, OOM killer), so
-    no orphan outlives it (torch's own watchdog notices only after seconds)."""
-    if not hasattr(os, "sched_getaffinity"):  # not Linux
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
+    # Linux: the kernel kills this worker when the training process dies (SIGKILL, OOM killer), so no
+    # orphan outlives it (torch's own watchdog notices only after seconds); `parent` is that process
+    die_with_parent(signal.SIGKILL, parent)
 
 
 def _last_line(exc: BaseException) -> str:

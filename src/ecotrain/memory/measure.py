@@ -41,6 +41,7 @@ from ecotrain.memory.estimate import activations_at, saved_profile
 from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
+from ecotrain.orphans import parent_pipe
 from ecotrain.precision import Precision
 from ecotrain.stepplan import eval_batch_size
 from ecotrain.task import build_task
@@ -73,14 +74,18 @@ class JobResult:
 def run_job(job: dict) -> JobResult:
     """The worker on `job` ({"config", "micro_batches", "estimate", "usable"}) in a fresh process."""
     tmp = Path(tempfile.mkdtemp(prefix="ecotrain-memplan-"))
+    # the worker watches this pipe: killed here, this process cannot remove `tmp`, the worker does (orphans.py)
+    watch, held = parent_pipe()
     try:
         (tmp / "job.json").write_text(json.dumps(job))
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "ecotrain.memory.worker", str(tmp)], capture_output=True,
-                           text=True, env=env, timeout=TIMEOUT_S)
+        r = subprocess.run([sys.executable, "-m", "ecotrain.memory.worker", str(tmp), str(watch)],
+                           capture_output=True, text=True, env=env, timeout=TIMEOUT_S, pass_fds=(watch,))
         seconds = time.perf_counter() - t0
     finally:
+        os.close(watch)
+        os.close(held)
         shutil.rmtree(tmp, ignore_errors=True)
     lines = [_json(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     device = next((ln["worker_device"] for ln in lines if "worker_device" in ln), {})

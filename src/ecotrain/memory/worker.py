@@ -1,7 +1,7 @@
 """The measuring process of the memory planner (memory.measure.run_job starts it): a few real steps
 of a candidate plan through `fit()` itself, printing the peak and step time as one JSON line.
 
-    python -m ecotrain.memory.worker FOLDER        (FOLDER/job.json: the job)
+    python -m ecotrain.memory.worker FOLDER [FD]   (FOLDER/job.json: the job; FD: the parent's pipe)
 
 A program on top of the trainer, so the planner itself (memplan_measure) never imports `fit`.
 
@@ -30,6 +30,7 @@ from ecotrain.errors import EcotrainError
 from ecotrain.loop import evaluate
 from ecotrain.memory.measure import _rss_now, estimates, peak_rss
 from ecotrain.memory.estimate import _optim_states
+from ecotrain.orphans import watch_parent
 from ecotrain.trainer import fit
 
 
@@ -114,6 +115,8 @@ def eval_peak(state, batches: int) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:  # the parent's pipe (measure.run_job): its end removes the folder and ends this process
+        watch_parent(int(sys.argv[2]), Path(sys.argv[1]))
     try:
         worker(Path(sys.argv[1]))
     except EcotrainError as exc:  # the user's one line reaches the parent's message, not a traceback
