@@ -119,6 +119,20 @@ def test_input_bound_warning_names_data_workers(tmp_path, ecotrain_log, monkeypa
     assert "samples/s, wait" in r.state.progress_fields["data"]  # what the progress bar shows
 
 
+def test_the_input_bound_hint_is_a_function_of_the_measured_figures():
+    """The promise without a clock (timing it under load is bench/input_bound.py's): a small in-memory
+    Dataset's window (0.26 ms a batch, measured; even waiting 92% of a window a busy machine stretched)
+    gets no hint; a reader slower than a worker's hand-over does, once past the warm-up window."""
+    from ecotrain.data.loader import WARMUP_WINDOWS, WORKER_WORTH_SECONDS, input_bound
+
+    judged = WARMUP_WINDOWS + 1
+    assert not input_bound(0.92, 2.6e-4, judged, 0.3)  # cheap items: a worker would only slow them down
+    assert input_bound(0.92, 5e-3, judged, 0.3)  # a slow reader: workers take it over
+    assert input_bound(0.31, WORKER_WORTH_SECONDS, judged, 0.3)  # both thresholds are inclusive of the worth
+    assert not input_bound(0.29, 5e-3, judged, 0.3)  # waited less than data.input_bound_share
+    assert not input_bound(0.92, 5e-3, WARMUP_WINDOWS, 0.3)  # the warm-up window: worker start-up, first reads
+
+
 def test_persistent_workers_need_workers():
     from ecotrain.errors import ConfigError
 

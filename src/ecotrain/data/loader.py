@@ -224,10 +224,7 @@ class Feed:
         share, rate = wait / secs, samples / secs
         self._windows += 1
         self.state.progress_fields["data"] = f"{rate:,.0f} samples/s, wait {share:.0%}"
-        # the hint only where a worker could take the work over: reading a batch costs more than a
-        # worker's hand-over of it (an in-memory Dataset's cheap items would only slow down)
-        worth = wait / max(batches, 1) >= WORKER_WORTH_SECONDS
-        if self._windows > WARMUP_WINDOWS and share > self.cfg.input_bound_share and worth and not self.warned:
+        if input_bound(share, wait / max(batches, 1), self._windows, self.cfg.input_bound_share) and not self.warned:
             self.warned = True
             log.warning(f"input-bound: the loop waited for data {share:.0%} of the last {batches} steps "
                         f"(data.input_bound_share {self.cfg.input_bound_share:.0%}); raise data.workers "
@@ -289,6 +286,14 @@ class _TakeBatch(torch.utils.data.Dataset):
 def _item_shapes(item) -> str:
     """An item's structure, dtypes and shapes (collated alone: arrays and numbers become tensors)."""
     return describe_batch(torch.utils.data.default_collate([item])).replace("[1, ", "[").replace("[1]", "[]")
+
+
+def input_bound(share: float, wait_per_batch: float, windows: int, threshold: float) -> bool:
+    """Whether one window's measured figures call for the "raise data.workers" hint: past the warm-up
+    windows, the loop waited more than `threshold` of the time, and reading a batch costs more than a
+    worker's hand-over of it (an in-memory Dataset's cheap items would only slow down). A function of
+    the figures alone, so its promise is tested without timing anything (tests/unit/test_loader.py)."""
+    return windows > WARMUP_WINDOWS and share > threshold and wait_per_batch >= WORKER_WORTH_SECONDS
 
 
 def _identity(batch):
