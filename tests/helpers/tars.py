@@ -37,3 +37,36 @@ def make_tar_shards(folder: Path, shards: int = 20, per_shard: int = 10, dim: in
                 _add(tar, f"{i:06d}.cls", str(label).encode())
         paths.append(path)
     return paths
+
+
+def header(name: bytes, size: int, kind: bytes = b"0") -> bytes:
+    """One ustar header with any name and any declared size (negative or huge: GNU's base-256 field
+    when octal cannot hold it), and a checksum that holds: what a hostile or broken writer makes."""
+    b = bytearray(512)
+    b[:100] = name[:100].ljust(100, b"\0")
+    b[100:124] = b"0000644\x000000000\x000000000\x00"  # mode, uid, gid
+    b[124:136] = (f"{size:011o}\0".encode() if 0 <= size < 8 ** 11
+                  else bytes([0xFF if size < 0 else 0x80]) + (size % (1 << 88)).to_bytes(11, "big"))
+    b[136:148] = b"00000000000\0"  # mtime
+    b[156:157] = kind
+    b[257:265] = b"ustar\x0000"
+    b[148:156] = b" " * 8
+    b[148:156] = f"{sum(b):06o}\0 ".encode()
+    return bytes(b)
+
+
+def member(name: bytes | str, data: bytes, size: int | None = None, kind: bytes = b"0") -> bytes:
+    """A header and its data padded to whole blocks; `size` declares another size than the data's."""
+    name = name.encode() if isinstance(name, str) else name
+    return header(name, len(data) if size is None else size, kind) + data + b"\0" * (-len(data) % 512)
+
+
+def npy_bytes(values) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(values, np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+def raw_tar(*members: bytes) -> bytes:
+    """Members (from `member`) and the two zero blocks that end an archive."""
+    return b"".join(members) + b"\0" * 1024

@@ -11,15 +11,17 @@ groups and each is decoded about once per epoch (per loader worker).
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ecotrain.data import braces
 from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
+from ecotrain.data.openfiles import OpenFiles
 from ecotrain.data.tarshards import Damage, load_tars
 from ecotrain.errors import DataError
 
@@ -29,6 +31,12 @@ def _open(pq, path: Path):
         return pq.ParquetFile(path, page_checksum_verification=True)  # checks the pages when written with CRCs
     except TypeError:  # an older pyarrow without the option
         return pq.ParquetFile(path)
+
+
+def _close(f) -> None:
+    close = getattr(f, "close", None)  # pyarrow >= 13; an older ParquetFile closes when dropped
+    if close is not None:
+        close()
 
 
 class ShardSource:
@@ -43,8 +51,7 @@ class ShardSource:
         shard_rows = np.bincount(self.group_shard, weights=sizes, minlength=len(shards)).astype(np.int64)
         self.shard_start = np.concatenate([[0], np.cumsum(shard_rows)[:-1]])
         self._labels, self.digest, self.cache_groups = labels, digest, cache_groups
-        self._files: dict = {}
-        self._pid = None
+        self._files = OpenFiles(self._open_shard, _close)  # a bounded few open: any number of shards
         self._cache: OrderedDict = OrderedDict()  # row group -> (x, y), most recent last
         self.damage = Damage()  # what data.on_bad_shard=skip left out at start-up (load_shards sets it)
 
@@ -85,7 +92,7 @@ class ShardSource:
         shard, index = int(self.group_shard[g]), int(self.group_index[g])
         path = self.shards[shard]
         try:
-            table = self._file(shard).read_row_group(index, columns=[*self.cols, self.target])
+            table = self._files.get(shard).read_row_group(index, columns=[*self.cols, self.target])
         except OSError as exc:  # pyarrow's ArrowException is an OSError: damaged pages, a changed file
             raise DataError(f"{path}: cannot read row group {index} ({' '.join(str(exc).split())[:200]}); "
                             "the shard is damaged: rewrite or remove it") from None
@@ -96,13 +103,8 @@ class ShardSource:
             self._cache.popitem(last=False)
         return out
 
-    def _file(self, shard: int):
-        if self._pid != os.getpid():  # a loader worker: its own file handles, not the parent's
-            self._files, self._pid = {}, os.getpid()
-        f = self._files.get(shard)
-        if f is None:
-            f = self._files[shard] = _open(need("pyarrow.parquet", "parquet"), self.shards[shard])
-        return f
+    def _open_shard(self, shard: int):
+        return _open(need("pyarrow.parquet", "parquet"), self.shards[shard])
 
 
 def load_parquet(folder: str, cfg) -> tuple[ShardSource, torch.Size]:
@@ -168,53 +170,41 @@ def _footer(pq, path: Path):
     return meta
 
 
+MAX_SHARDS = 1_000_000  # a run's shards, at most: start-up opens each, so more is a mistyped pattern
+
+
 def expand(pattern: str) -> list[Path]:
     """`shards:PATTERN`: a folder (its .tar or .parquet files), a glob (`data/train-*.tar`), WebDataset's
-    brace range (`train-{000..199}.tar`) or a comma-separated list; globs and folders in name order."""
+    brace range (`train-{000..199}.tar`) or a comma-separated list; globs and folders in name order.
+    A brace pattern is counted before it is expanded; listing stops past MAX_SHARDS shards in all."""
+    parts = [(part, braces.parse(part, pattern)) for part in braces.split_top(pattern)]
+    named = sum(braces.count(seq) for _, seq in parts)
+    if named > MAX_SHARDS:
+        raise DataError(f"data.name=shards:{pattern}: the pattern names {named:,} shards, over the cap of "
+                        f"{MAX_SHARDS:,}; name a narrower range, or pack the samples into fewer, larger shards")
     out: list[Path] = []
-    for part in _braces(pattern):
-        p = Path(part)
+    for name in (n for _, seq in parts for n in braces.expand(seq)):
+        p = Path(name)
         if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".tar", ".parquet"))
-        elif any(c in part for c in "*?["):
-            out += sorted(f for f in p.parent.glob(p.name) if f.is_file())
+            found = (f for f in p.iterdir() if f.is_file() and f.suffix in (".tar", ".parquet"))
+        elif any(c in name for c in "*?["):
+            found = (f for f in p.parent.glob(p.name) if f.is_file())
         elif p.is_file():
-            out.append(p)
+            found = iter([p])
         else:
-            raise DataError(f"data.name=shards:{pattern}: no such shard file or folder: {part}")
+            raise DataError(f"data.name=shards:{pattern}: no such shard file or folder: {name}")
+        more = list(itertools.islice(found, MAX_SHARDS + 1 - len(out)))  # a huge folder is not listed whole
+        if len(out) + len(more) > MAX_SHARDS:
+            raise DataError(f"data.name=shards:{pattern}: more than {MAX_SHARDS:,} shards, the cap; name fewer, "
+                            "or pack the samples into fewer, larger shards")
+        out += sorted(more)
     if not out:
         raise DataError(f"data.name=shards:{pattern}: matches no .tar or .parquet file")
-    dupes = {f for f in out if out.count(f) > 1}
-    if dupes:
-        raise DataError(f"data.name=shards:{pattern}: {sorted(dupes)[0]} is named twice; each shard once")
-    return out
-
-
-def _braces(pattern: str) -> list[str]:
-    """Commas outside braces split the pattern; `{000..199}` and `{a,b}` expand."""
-    parts, depth, cur = [], 0, ""
-    for c in pattern:
-        if c == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        depth += (c == "{") - (c == "}")
-        cur += c
-    out: list[str] = []
-    for part in filter(None, [*parts, cur]):
-        m = re.search(r"\{([^{}]*)\}", part)
-        if m is None:
-            out.append(part)
-            continue
-        body = m.group(1)
-        if ".." in body:
-            lo, hi = body.split("..", 1)
-            if not (lo.isdigit() and hi.isdigit()):
-                raise DataError(f"data.name=shards:{pattern}: a brace range is numbers, e.g. {{000..199}}")
-            items = [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
-        else:
-            items = body.split(",")
-        out += [x for i in items for x in _braces(part[:m.start()] + i + part[m.end():])]
+    seen: set[Path] = set()
+    for f in out:  # a set, not list.count: 10,000 shards are checked in milliseconds
+        if f in seen:
+            raise DataError(f"data.name=shards:{pattern}: {f} is named twice; each shard once")
+        seen.add(f)
     return out
 
 

@@ -3,12 +3,12 @@
 A shard is a plain tar file; the members whose names share a key (the path up to the first dot of
 the file name: `000042.npy` and `000042.cls` are sample `000042`, extensions `npy` and `cls`) are one
 sample, written consecutively, as `webdataset.TarWriter` and `tar` write them. At start-up every
-shard's headers are scanned (tarfile seeks over the payloads) into an index of (shard, offset,
-size) per sample, and the small label members are read for the splits and the class count. A
-batch is then one `os.pread` per sample: any sample is reachable at the same cost, so the
-sampler's position (data/sampler.py) is the whole resume state and a resume seeks, it re-reads
-nothing. Reading is the standard library's: the `webdataset` package and torchdata's nodes read a
-tar as a stream, which cannot start at a sample.
+shard's headers are scanned and checked (data/tarheaders.py seeks over the payloads) into an index
+of (shard, offset, size) per sample, and the small label members are read for the splits and the
+class count. A batch is then one `os.pread` per sample, from a bounded few open shards
+(data/openfiles.py): any sample is reachable at the same cost, so the sampler's position
+(data/sampler.py) is the whole resume state and a resume seeks, it re-reads nothing. The
+`webdataset` package and torchdata's nodes read a tar as a stream, which cannot start at a sample.
 
 Decoding: the feature member `npy` (numpy's format, `allow_pickle=False`) or `json` (a list of
 numbers); the label member `cls`, `label`, `txt` or `json` holding one integer.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +26,8 @@ import numpy as np
 import torch
 
 from ecotrain.data.columns import fingerprint
+from ecotrain.data.openfiles import OpenFiles
+from ecotrain.data.tarheaders import TarDamage, members
 from ecotrain.errors import DataError
 from ecotrain.log import log
 
@@ -59,38 +60,39 @@ def _split_key(name: str) -> tuple[str, str]:
 
 
 def _scan(path: Path, on_bad: str, damage: Damage) -> list[tuple[str, dict[str, tuple[int, int]]]]:
-    """[(key, {ext: (payload offset, size)})] of one shard, in file order; a truncated or corrupt
-    shard is one line naming the byte offset (fail), or its complete samples before the damage (skip)."""
+    """[(key, {ext: (payload offset, size)})] of one shard, in file order. Damage (a truncated or
+    corrupt header, a bad member name, a sample with two members of one extension) is one line
+    naming the file and the member (fail), or the complete samples are kept and counted (skip)."""
     size = path.stat().st_size
     samples: list[tuple[str, dict]] = []
-    bad, lost = None, 0  # what is wrong, and how many samples it cost
+    bad, lost, dropped = None, 0, None  # what stopped the scan, the samples it cost; a refused sample's key
     try:
-        with tarfile.open(path, "r:") as tar:
-            for m in tar:
-                if not m.isfile():
+        with open(path, "rb") as f:
+            for name, at, data, n in members(f, size):
+                key, ext = _split_key(name)
+                if name.rpartition("/")[2].startswith("."):
+                    continue  # no key: a hidden file (macOS's ._ files), not a sample (webdataset skips it too)
+                if key == dropped:
                     continue
-                key, ext = _split_key(m.name)
-                if m.offset_data + m.size > size:
-                    bad = f"truncated: member {m.name!r} at byte {m.offset} needs {m.size} bytes, the file ends first"
-                    if samples and samples[-1][0] == key:
-                        samples.pop()  # the sample's other members are complete, this one is not
-                    lost = 1
-                    break
                 if samples and samples[-1][0] == key:
-                    samples[-1][1][ext] = (m.offset_data, m.size)
+                    if ext in samples[-1][1]:
+                        what = (f"sample '{key}' has two '.{ext}' members (the second at byte {at}); a sample "
+                                "holds one member per extension")
+                        if on_bad == "fail":
+                            raise DataError(f"{path}: {what}: rewrite the shard, or set data.on_bad_shard=skip")
+                        samples.pop()
+                        dropped = key
+                        damage.add(path, what, samples=1)
+                        continue
+                    samples[-1][1][ext] = (data, n)
                 else:
-                    samples.append((key, {ext: (m.offset_data, m.size)}))
-            else:
-                end = tar.offset  # where reading stopped: the end-of-archive blocks, or a header it could not read
-                if end < size:
-                    with open(path, "rb") as f:
-                        f.seek(end)
-                        block = f.read(512)
-                    if block.strip(b"\0"):
-                        bad = f"corrupt tar header at byte {end}" if len(block) == 512 else f"truncated at byte {end}"
-    except tarfile.TarError as exc:  # not a tar at all or a broken first header; after members: cut short
-        what = ' '.join(str(exc).split())[:160]
-        bad = f"truncated at byte {size} ({what})" if samples else f"not a readable tar shard ({what})"
+                    samples.append((key, {ext: (data, n)}))
+    except TarDamage as exc:
+        bad = exc.what
+        if exc.cut:
+            lost = 1  # the member's sample is incomplete; its members before the cut go too
+            if samples and samples[-1][0] == _split_key(exc.name)[0]:
+                samples.pop()
     if bad is None:
         return samples
     if on_bad == "fail":
@@ -150,8 +152,7 @@ class TarShardSource:
         self.shape, self.dtype = tuple(shape), dtype
         self.n = len(offset)
         self.shard_start = np.concatenate([[0], np.cumsum(np.bincount(shard_of, minlength=len(shards)))[:-1]])
-        self._fds: dict[int, int] = {}
-        self._pid = None
+        self._fds = OpenFiles(self._open_shard, os.close)  # a bounded few open: any number of shards
         self.last_dropped: list[int] = []  # rows of the last `take` skipped as damaged (on_bad_shard=skip)
         self.damage = Damage()  # what on_bad_shard=skip left out at start-up (load_shards sets it)
         self._warned: set[int] = set()
@@ -172,19 +173,14 @@ class TarShardSource:
     def where(self, row: int) -> str:
         return f"{self.shards[self.shard_of[row]]} sample '{self.keys[row]}' at byte {self.offset[row]}"
 
-    def _fd(self, shard: int) -> int:
-        if self._pid != os.getpid():  # a loader worker: its own descriptors, not the parent's
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(shard)
-        if fd is None:
-            fd = self._fds[shard] = os.open(self.shards[shard], os.O_RDONLY)
-        return fd
+    def _open_shard(self, shard: int) -> int:
+        return os.open(self.shards[shard], os.O_RDONLY)
 
     def take(self, idx: torch.Tensor):
         rows = idx.tolist()
         xs, kept, dropped = [], [], []
         for r in rows:
-            raw = os.pread(self._fd(int(self.shard_of[r])), int(self.size[r]), int(self.offset[r]))
+            raw = os.pread(self._fds.get(int(self.shard_of[r])), int(self.size[r]), int(self.offset[r]))
             try:
                 if len(raw) != self.size[r]:
                     raise DataError(f"{self.where(r)}: the shard is shorter than at start-up (it changed "
