@@ -32,8 +32,8 @@ from ecotrain.errors import CheckpointError
 
 EXTRA_DIR = "extra/"
 _SYMBOL = re.compile(r"[A-Za-z]{1,4}\d+")  # torch's shape symbols: s0, s27, u3
-_TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|('[A-Za-z0-9_]*')|(\d+(?:\.\d+)?(?:e[+-]?\d+)?)|([-+*/(),=<>!%]))")
-_EXTRA_NAMES = {"True", "False", "None", "evaluate", "oo", "zoo", "nan", "pi", "E", "I"}
+_TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|('[A-Za-z0-9_.+-]*')|(\d+(?:\.\d+)?(?:e[+-]?\d+)?)|([-+*/(),=<>!%]))")
+_EXTRA_NAMES = {"True", "False", "None", "evaluate", "precision", "oo", "zoo", "nan", "pi", "E", "I"}
 _OPERATOR_OK = {n for n in dir(operator) if not n.startswith("_")} - {"attrgetter", "itemgetter", "methodcaller",
                                                                        "call", "setitem", "delitem"}
 _MATH_OK = {n for n in dir(math) if not n.startswith("_")}
@@ -246,7 +246,7 @@ def check_onnx(data: bytes, what: str) -> None:
     except ImportError:
         return
     try:
-        model = onnx.load_model_from_string(data, load_external_data=False)
+        model = onnx.ModelProto.FromString(data)  # the protobuf alone: nothing outside it is read
     except Exception as exc:  # truncated or not protobuf
         raise CheckpointError(f"{what}: not a readable ONNX model ({type(exc).__name__})") from None
     for t in _onnx_tensors(model.graph):

@@ -81,7 +81,7 @@ def _pt2_weight_pickled(clean: Path, out: Path, marker: Path) -> None:
 def _pt2_constant(prefix: str, body: Callable[[Path], bytes]) -> Callable[[Path, Path, Path], None]:
     def build(clean: Path, out: Path, marker: Path) -> None:
         name = f"{prefix}0"
-        config = {"config": {"evil": {"path_name": name, "is_param": False, "use_pickle": prefix == "tensor_",
+        config = {"config": {"evil": {"path_name": name, "is_param": False, "use_pickle": True,
                                       "tensor_meta": None}}}
         rewrite_zip(clean, out, lambda n, d: json.dumps(config).encode() if n == CONSTANTS_CONFIG else d,
                     {f"data/constants/{name}": body(marker)})
@@ -94,11 +94,19 @@ def _pt2_sample_inputs(clean: Path, out: Path, marker: Path) -> None:
 
 
 def _pt2_legacy(clean: Path, out: Path, marker: Path) -> None:
-    """The older zip layout (no archive_format): its weights are one pickle."""
+    """The older zip layout (no archive_format), which torch still reads: its weights are one pickle."""
+    from torch._export.serde.schema import SCHEMA_VERSION
+
+    with zipfile.ZipFile(clean) as z:
+        program = z.read(next(n for n in z.namelist() if n.endswith("models/model.json")))
+    empty = io.BytesIO()
+    torch.save({}, empty)
     with zipfile.ZipFile(out, "w") as z:
-        z.writestr("version", "8.3")
+        z.writestr("version", ".".join(map(str, SCHEMA_VERSION)))
+        z.writestr("serialized_exported_program.json", program)
         z.writestr("serialized_state_dict.pt", torch_pickle_bytes(marker))
-        z.writestr("serialized_exported_program.json", "{}")
+        z.writestr("serialized_constants.pt", empty.getvalue())
+        z.writestr("serialized_example_inputs.pt", empty.getvalue())
 
 
 def _pt2_expression(clean: Path, out: Path, marker: Path) -> None:
