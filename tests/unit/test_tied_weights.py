@@ -160,3 +160,11 @@ def test_a_transformers_gpt2_trains_checkpoints_and_resumes(tmp_path):
     a = read_tensors(tmp_path / "full" / "model.safetensors")
     assert a["lm_head.weight"] is a["transformer.wte.weight"]
     _assert_same_weights(tmp_path / "full", tmp_path / "cut")
+
+
+def test_ema_of_a_tied_model_checkpoints_and_resumes(tmp_path):
+    cfg = Config.model_validate({**_cfg(12).model_dump(), "methods": [{"name": "ema", "decay": 0.9}]})
+    fit(cfg, model=TiedLM(), data=_lm_data(), run_dir=tmp_path / "full", quiet=True)
+    _cut_after(tmp_path / "full", tmp_path / "cut", 8)
+    fit(cfg, model=TiedLM(), data=_lm_data(), run_dir=tmp_path / "cut", quiet=True, resume="auto")
+    _assert_same_weights(tmp_path / "full", tmp_path / "cut")
