@@ -20,6 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save, save_file
 
 from ecotrain.errors import CheckpointError
+from ecotrain.fsnames import native_name
 
 ALIASES = "ecotrain.aliases"
 
@@ -91,7 +92,7 @@ def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[s
 def aliases_of(path: Path, what: str | None = None) -> dict[str, str]:
     """{alias: stored name} recorded in a safetensors file; {} when none. Checked: names are strings,
     every target is stored, no alias shadows a stored name."""
-    with safe_open(str(path), framework="pt") as f:
+    with native_name(path) as name, safe_open(name, framework="pt") as f:  # a run folder's name may not be UTF-8
         keys = set(f.keys())
         raw = (f.metadata() or {}).get(ALIASES)
     if raw is None:
@@ -110,7 +111,8 @@ def aliases_of(path: Path, what: str | None = None) -> dict[str, str]:
 def read_tensors(path: Path, what: str | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file, aliases restored as the same tensor objects."""
     aliases = aliases_of(path, what)
-    tensors = load_file(str(path))
+    with native_name(path) as name:
+        tensors = load_file(name)
     for alias, target in aliases.items():
         tensors[alias] = tensors[target]
     return tensors

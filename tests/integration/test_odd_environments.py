@@ -135,3 +135,12 @@ def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
     assert cache.cache_dir() is None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / "ecotrain"
+
+
+def test_a_run_folder_named_in_no_utf8_exports(odd_run):
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C"}
+    p = subprocess.run([sys.executable, "-m", "ecotrain", "export", b"run-\xff"], cwd=odd_run, capture_output=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(b"exported: run-\\xff/model.pt2")
+    assert os.path.isfile(os.fsencode(odd_run) + b"/run-\xff/model.pt2")

@@ -24,6 +24,7 @@ from safetensors import SafetensorError, safe_open
 
 from ecotrain import safeload
 from ecotrain.errors import CheckpointError, os_advice
+from ecotrain.fsnames import native_name
 from ecotrain.rundir import fsync_dir
 from ecotrain.tensorfile import aliases_of, read_tensors, write_tensors
 from ecotrain.userpath import user_path
@@ -156,7 +157,7 @@ def safetensors_keys(path: Path, what: str) -> set[str]:
     """Parse a .safetensors file's header (offsets must cover the file exactly); its tensor names, the
     aliases of tied tensors included."""
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with native_name(path) as name, safe_open(name, framework="pt") as f:  # a folder's name may not be UTF-8
             keys = set(f.keys())
         return keys | set(aliases_of(path, what))
     except (SafetensorError, OSError, ValueError) as exc:
