@@ -157,6 +157,15 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--metric", default="test_accuracy", help="the verdict's summary.json key (as compare)")
     rp.add_argument("--max-accuracy-drop", type=float, default=0.01)
     rp.add_argument("--min-cost-cut", type=float, default=0.5)
+    tk = sub.add_parser("tokenize", help="a text corpus into token files (train/val .bin, tokenizer.json, tokens.json) "
+                        "for data.name=tokens:DIR")
+    tk.add_argument("corpus", help="a text file (one document), a .jsonl file (a \"text\" per line) or a folder of them")
+    tk.add_argument("--out", required=True, help="folder for the token files")
+    tk.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size (default 4096)")
+    tk.add_argument("--tokenizer", choices=["bpe", "bytes"], default="bpe", help="bpe: byte-level BPE trained on the "
+                    "corpus (tokenizers library); bytes: the 256 byte values and end of document (default bpe)")
+    tk.add_argument("--val-share", type=float, default=0.1, help="share of the documents for val.bin (default 0.1)")
+    tk.add_argument("--test-share", type=float, default=0.0, help="share of the documents for test.bin (default 0)")
     lr = sub.add_parser("lr-find", help="LR range test: a plot and a suggested peak LR (writes no run folder)")
     lr.add_argument("recipe")
     lr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=200")
@@ -189,6 +198,7 @@ COMMANDS: dict[str, str] = {
     "card": "ecotrain.export.card:cmd_card",  # reads finished runs: no torch
     "report": "ecotrain.cli_records:cmd_report",
     "lr-find": "ecotrain.lrfind:cmd_lr_find",
+    "tokenize": "ecotrain.cli_tokenize:cmd_tokenize",
 }
 
 

@@ -24,7 +24,9 @@ from ecotrain.filelock import holder, open_lock, try_lock
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
              "report.html", "environment.json", "export.safetensors", "mlflow.json", "tensorboard",
-             "memory_plan.json", "micro_batches.json")  # the last: memory.OOM_HINT
+             "memory_plan.json", "micro_batches.json",  # the last: memory.OOM_HINT
+             "tokenizer.json")  # TOKENIZER
+TOKENIZER = "tokenizer.json"  # the data's tokenizer (data/tokenizer.py), for predict and export
 
 
 def default_run_dir(name: str) -> Path:

@@ -21,6 +21,7 @@ from ecotrain.log import log
 from ecotrain.preemption import Preemption
 from ecotrain.rundir import write_json
 from ecotrain.config import Config
+from ecotrain.data.tokenizer import save_tokenizer
 from ecotrain.device import resolve_device
 from ecotrain.errors import PreemptedError
 from ecotrain.finish import finish, preempted_summary
@@ -120,6 +121,8 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
         run.folder.accept(cfg.to_dict(), run.metrics_offset)
         if run.memory_plan is not None and dist.is_main:  # memory.budget's choice: a resume reads it back
             write_json(run.folder.path / PLAN_FILE, run.memory_plan)
+        if dist.is_main:  # token data's tokenizer, for predict and export (data/tokenizer.py)
+            save_tokenizer(run.folder.path, run.bundle.extra.get("tokenizer"))
     except BaseException:
         if run is not None:
             run.folder.discard()

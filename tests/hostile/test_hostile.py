@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.hostile import cases_commands, cases_export, cases_shards
+from tests.hostile import cases_commands, cases_export, cases_lmdata, cases_shards
 from tests.hostile.cases import CASES, TINY, Case, by_id, fill, is_root
 
-ALL = CASES + cases_commands.CASES + cases_export.CASES + cases_shards.CASES  # cases.py holds the harness and the first families
+ALL = CASES + cases_commands.CASES + cases_export.CASES + cases_shards.CASES + cases_lmdata.CASES  # cases.py holds the harness and the first families
 
 pytestmark = pytest.mark.hostile
 

@@ -32,7 +32,7 @@ def test_linear_extrapolation_matches_a_measured_batch():
     bundle = load_data(cfg)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
     prec, task = Precision("fp32", torch.device("cpu")), LanguageModelTask()
-    measured = _activations(measure_saved(model, task, *bundle.train.take(torch.arange(6)), prec, []), set())
+    measured = _activations(measure_saved(model, task, bundle.train.take(torch.arange(6)), prec, []), set())
     plan, _ = make_plan(cfg)
     assert plan.act_bytes == pytest.approx(measured, rel=0.05)
 
@@ -53,7 +53,7 @@ def test_estimates_order_the_levers_and_the_eval_batch_follows_the_plan():
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
     blocks = [(f"blocks.{i}", b) for i, b in enumerate(model.blocks)]
     x, y = bundle.train.take(torch.arange(6))
-    m = measure_saved(model, LanguageModelTask(), x, y, Precision("fp32", torch.device("cpu")), blocks)
+    m = measure_saved(model, LanguageModelTask(), (x, y), Precision("fp32", torch.device("cpu")), blocks)
     every = {n for n, _ in blocks}
     off, whole, sel = _activations(m, set()), _activations(m, every), _activations(m, every, "matmuls")
     assert whole < sel < off  # selective recompute keeps the matmul outputs: between none and whole blocks

@@ -67,7 +67,7 @@ def test_views_of_one_storage_are_written_once(tmp_path):
 
 def test_offload_takes_the_blocks_saved_activations_and_lossy_needs_permission(tmp_path):
     model, x = _lm(0.0, seq=256), torch.randint(0, 32, (4, 256))
-    saved = measure_saved(model, _Task(), x, x, Precision("fp32", torch.device("cpu")), find_blocks(model))["saved"]
+    saved = measure_saved(model, _Task(), (x, x), Precision("fp32", torch.device("cpu")), find_blocks(model))["saved"]
     offloader = apply_offload(find_blocks(model), tmp_path)
     model(x).sum().backward()
     assert offloader.bytes_offloaded >= 0.9 * sum(saved.values())  # nearly all the blocks keep is written out
@@ -80,6 +80,9 @@ def test_offload_takes_the_blocks_saved_activations_and_lossy_needs_permission(t
 
 
 class _Task:
+    def forward(self, model, batch):
+        return model(batch[0])
+
     def loss(self, out, batch):
         return out.sum()
 

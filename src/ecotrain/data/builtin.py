@@ -2,6 +2,7 @@
 
 mnist1d: generated offline with the `mnist1d` package's `make_dataset` (never its download path).
 text: the Python standard library's source as byte sequences, for language models (data/text.py).
+tokens:PATH: token files as nanoGPT writes them, memory-mapped (data/tokens.py).
 digits: scikit-learn's 8x8 digits, shipped inside the package.
 npz / csv: the user's files. `pkg.module:Name`: a map-style Dataset (or a factory returning one).
 """
@@ -20,10 +21,12 @@ import torch
 from ecotrain.config import Config
 from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.hf import load_hf
+from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
 from ecotrain.data.shards import load_parquet, load_shards
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.data.text import load_text
+from ecotrain.data.tokens import load_tokens
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.userpath import user_path
 
@@ -291,7 +294,8 @@ def _user_dataset(cfg: Config):
     """A map-style Dataset by import path (or a factory returning one), checked: an (x, y) pair, x of
     one shape and finite, y an integer class id. Every item is read once for its label (the seeded
     stratified split needs them), unless the Dataset has a `labels`/`targets` attribute: then only a
-    fixed sample of 16 items is read and checked. Returns (source, num_classes)."""
+    fixed sample of 16 items is read and checked. Returns (source, num_classes); items of another
+    structure (item 0 decides: dicts, per-token targets) a whole DataBundle (data/items.py)."""
     name = cfg.data.name
     obj = import_object(name, "data.name")
     where = f"data.name: dataset '{name}'"
@@ -305,15 +309,18 @@ def _user_dataset(cfg: Config):
         raise DataError(f"{where}: len() raised {describe(exc)}; a map-style Dataset needs __len__ and __getitem__") from None
     if n == 0:
         raise DataError(f"{where} is empty")
+    item0 = _read_item(ds, 0, where)
+    if not is_class_pair(item0):
+        if not is_structured(item0):
+            raise DataError(f"{where}: item 0 is {type(item0).__name__}; each item must be an (x, y) pair, a tuple "
+                            "(inputs..., target) or a dict (input_ids, labels, ...)")
+        return structured_bundle(cfg, ds, n, where)  # dicts, per-token targets: data/items.py
     labels, shape0 = [], None
     given = attribute_labels(ds)
     if given is not None and len(given) != n:
         raise DataError(f"{where}: its labels attribute holds {len(given)} labels for {n} items")
     for i in (range(n) if given is None else sample_positions(n)):
-        try:
-            item = ds[i]
-        except Exception as exc:
-            raise DataError(f"{where}: item {i} raised {describe(exc)}") from None
+        item = _read_item(ds, i, where)
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise DataError(f"{where}: item {i} is {type(item).__name__}; each item must be an (x, y) pair")
         try:
@@ -340,6 +347,13 @@ def _user_dataset(cfg: Config):
     return base, num_classes  # None: load_data infers it from the labels
 
 
+def _read_item(ds, i: int, where: str):
+    try:
+        return ds[i]
+    except Exception as exc:
+        raise DataError(f"{where}: item {i} raised {describe(exc)}") from None
+
+
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -351,6 +365,8 @@ def load_data(cfg: Config) -> DataBundle:
     name = cfg.data.name
     if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
         return load_text(cfg)
+    if name.startswith("tokens:"):  # token files, memory-mapped, split by position (data/tokens.py)
+        return load_tokens(cfg)
     own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv, tables)
     if name in BUILTIN:
         try:
@@ -371,7 +387,10 @@ def load_data(cfg: Config) -> DataBundle:
         base, own_val, test_src, num_classes = _on_disk(cfg)
         inputs = _table_columns(base)
     else:
-        (base, num_classes), test_src = _user_dataset(cfg), None
+        found = _user_dataset(cfg)
+        if isinstance(found, DataBundle):  # items of any structure, split by item (data/items.py)
+            return found
+        (base, num_classes), test_src = found, None
     num_classes = _check_splits(cfg, base, own_val, test_src, num_classes)
     labels = base.labels()
     if own_val is not None:  # the dataset's own validation split

@@ -22,6 +22,7 @@ import torch
 
 from ecotrain.batch import MicroBatches, batch_size, describe as describe_batch, tree_map
 from ecotrain.data.builtin import describe
+from ecotrain.data.items import item_shapes
 from ecotrain.data import sources
 from ecotrain.data.sources import ArraySource, LoaderSource, MapSource, item_seeds
 from ecotrain.errors import DataError, EcotrainError
@@ -192,8 +193,8 @@ class Feed:
         items = None if self.last_items is None else [int(i) for i in self.last_items]
         if isinstance(self.source, MapSource) and items:
             try:
-                first = _item_shapes(self.source.ds[0])
-                odd = next(((i, sh) for i in items if (sh := _item_shapes(self.source.ds[i])) != first), None)
+                first = item_shapes(self.source.ds[0])
+                odd = next(((i, sh) for i in items if (sh := item_shapes(self.source.ds[i])) != first), None)
             except Exception:  # re-reading failed too: the note below still names the batch
                 odd = None
             if odd is not None:
@@ -281,11 +282,6 @@ class _TakeBatch(torch.utils.data.Dataset):
 
     def __getitem__(self, i):  # the DataLoader only calls __getitems__; here for the Dataset protocol
         return self.__getitems__((0, [i]))
-
-
-def _item_shapes(item) -> str:
-    """An item's structure, dtypes and shapes (collated alone: arrays and numbers become tensors)."""
-    return describe_batch(torch.utils.data.default_collate([item])).replace("[1, ", "[").replace("[1]", "[]")
 
 
 def input_bound(share: float, wait_per_batch: float, windows: int, threshold: float) -> bool:

@@ -60,8 +60,8 @@ def _optim_states(cfg) -> int:
     return 1 if cfg.optim.momentum > 0 else 0
 
 
-def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[str, nn.Module]]) -> dict:
-    """Bytes autograd saves for backward in one forward of (x, y): `outside` the blocks, per block
+def measure_saved(model: nn.Module, task, batch, precision, blocks: list[tuple[str, nn.Module]]) -> dict:
+    """Bytes autograd saves for backward in one forward of `batch` (any structure the task reads): `outside` the blocks, per block
     `saved`, each block's `input` (what a checkpointed block keeps instead), the outputs of its
     `attention` and `matmul` ops (what the two checkpoint policies keep besides) and its `offloadable`
     saved storages (those of at least offload.MIN_BYTES)."""
@@ -107,7 +107,7 @@ def measure_saved(model: nn.Module, task, x, y, precision, blocks: list[tuple[st
     try:
         model.train()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), KeptOutputs(), precision.autocast():
-            loss = task.loss(model(x), (x, y))
+            loss = task.loss(task.forward(model, batch), batch)
         del loss
     finally:
         for h in handles:
@@ -133,8 +133,8 @@ def saved_profile(bundle, model: nn.Module, task, precision, blocks) -> tuple[di
     """`measure_saved` of the 1 and the 2 longest training samples."""
     lengths = bundle.extra.get("lengths")
     order = torch.argsort(lengths, descending=True) if lengths is not None else torch.arange(len(bundle.train))
-    return (measure_saved(model, task, *bundle.train.take(order[:1]), precision, blocks),
-            measure_saved(model, task, *bundle.train.take(order[:2]), precision, blocks))
+    return (measure_saved(model, task, bundle.train.take(order[:1]), precision, blocks),
+            measure_saved(model, task, bundle.train.take(order[:2]), precision, blocks))
 
 
 def activations_at(m1: dict, m2: dict, chosen: set[str], batch: int, policy: str = "attention",
@@ -149,7 +149,7 @@ def make_plan(cfg) -> tuple[Plan, list[str]]:
     bundle = load_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
-    task = build_task(cfg, lm=bundle.extra.get("task") == "lm")
+    task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm")
     precision = Precision(cfg.precision, torch.device("cpu"))
     trainable = [p for p in model.parameters() if p.requires_grad]
     param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())

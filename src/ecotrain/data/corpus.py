@@ -1,0 +1,172 @@
+"""A text corpus into token files: `ecotrain tokenize CORPUS --out DIR` (and `tokenize_corpus`).
+
+CORPUS is a text file (one document), a `.jsonl` file (one document per line, its "text"), or a
+folder of such files (sorted by path; names starting with a dot left out). The tokenizer is trained
+on the training documents only, then every document is written as its ids followed by the
+end-of-document id. The last `val_share` (and `test_share`) of the documents go to val.bin
+(test.bin); a corpus of one document has its token stream cut instead.
+
+Writing is atomic: every file goes to a temporary folder inside DIR first; the old tokens.json is
+removed before the files move in and the new one is written last, so DIR never holds a tokens.json
+that describes other files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ecotrain.config_tokens import SIDECAR, TokensMeta
+from ecotrain.data.tokenizer import TOKENIZER_FILE, make_tokenizer
+from ecotrain.errors import DataError
+from ecotrain.rundir import atomic_write, fsync_dir
+from ecotrain.userpath import user_path
+
+MAX_DOCUMENT_BYTES = 1 << 30  # one document read whole: a 1 GiB line is a damaged file, not text
+_WRITE_IDS = 1 << 20  # ids buffered before a write
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    p = user_path(corpus, "tokenize", "give a text file, a .jsonl file or a folder of them", folder=True,
+                  error=DataError)
+    if p.is_file():
+        return [p]
+    files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in
+                                                                         f.relative_to(p).parts))
+    if not files:
+        raise DataError(f"tokenize: {p} holds no files; give a folder of text or .jsonl files")
+    return files
+
+
+def _text(data: bytes, path: Path, where: str = "") -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}{where}: not UTF-8 text (byte {exc.start}); save the corpus as UTF-8") from None
+
+
+def documents(files: list[Path]) -> Iterator[str]:
+    """Each document's text, in order."""
+    for path in files:
+        if path.suffix != ".jsonl":
+            if path.stat().st_size > MAX_DOCUMENT_BYTES:
+                raise DataError(f"{path}: {path.stat().st_size:,} bytes in one document, over "
+                                f"{MAX_DOCUMENT_BYTES:,}; split it into files or a .jsonl")
+            yield _text(path.read_bytes(), path)
+            continue
+        with open(path, "rb") as f:
+            for i, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(_text(line, path, f":{i}"))
+                except ValueError as exc:
+                    raise DataError(f"{path}:{i}: not a JSON line ({exc})") from None
+                text = obj.get("text") if isinstance(obj, dict) else None
+                if not isinstance(text, str):
+                    raise DataError(f"{path}:{i}: a .jsonl line must be an object with a \"text\" string")
+                yield text
+
+
+def _shares(n_docs: int, val_share: float, test_share: float) -> tuple[int, int]:
+    """(validation documents, test documents): the corpus's last ones, at least one each when asked."""
+    n_val = max(1, round(n_docs * val_share)) if val_share > 0 else 0
+    n_test = max(1, round(n_docs * test_share)) if test_share > 0 else 0
+    return n_val, n_test
+
+
+class _Writer:
+    """Ids appended to one split's file, buffered."""
+
+    def __init__(self, path: Path, dtype):
+        self.path, self.dtype, self.f, self.buf, self.n, self.docs = path, dtype, open(path, "wb"), [], 0, 0
+
+    def add(self, ids: list[int]) -> None:
+        self.buf += ids
+        self.n += len(ids)
+        if len(self.buf) >= _WRITE_IDS:
+            self.flush()
+
+    def flush(self) -> None:
+        np.asarray(self.buf, dtype=self.dtype).tofile(self.f)
+        self.buf = []
+
+    def close(self) -> None:
+        self.flush()
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe", val_share: float = 0.1,
+                    test_share: float = 0.0) -> TokensMeta:
+    """Train a tokenizer on `corpus` and write OUT/{train,val,test}.bin, tokenizer.json and tokens.json."""
+    for name, share in (("--val-share", val_share), ("--test-share", test_share)):
+        if not 0 <= share < 1:
+            raise DataError(f"tokenize: {name} {share} must be at least 0 and below 1")
+    if val_share + test_share >= 1:
+        raise DataError(f"tokenize: --val-share {val_share} and --test-share {test_share} leave no training text")
+    files = corpus_files(Path(corpus))
+    n_docs = sum(1 for _ in documents(files))  # a first pass: the split needs the count
+    if n_docs == 0:
+        raise DataError(f"tokenize: {corpus} holds no documents")
+    n_val, n_test = _shares(n_docs, val_share, test_share) if n_docs > 1 else (0, 0)
+    if n_docs > 1 and n_val + n_test >= n_docs:
+        raise DataError(f"tokenize: {n_docs} documents are too few for the validation and test shares; "
+                        "give more documents or smaller --val-share/--test-share")
+    n_train = n_docs - n_val - n_test
+    train_docs = (d for i, d in enumerate(documents(files)) if i < n_train)
+    tok = make_tokenizer(tokenizer, train_docs, vocab_size)
+    dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"tokenize: --out {out}: cannot create the folder ({exc.strerror})") from None
+    tmp = out / f".tokenize-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        splits = ["train"] + (["val"] if n_val or (n_docs == 1 and val_share) else []) + \
+                 (["test"] if n_test or (n_docs == 1 and test_share) else [])
+        writers = {s: _Writer(tmp / f"{s}.bin", dtype) for s in splits}
+        for i, text in enumerate(documents(files)):
+            split = "train" if i < n_train else "val" if i < n_train + n_val else "test"
+            writers[split].add(tok.encode(text) + [tok.eod])
+            writers[split].docs += 1
+        for w in writers.values():
+            w.close()
+        if n_docs == 1 and len(splits) > 1:
+            _cut_one_document(tmp, writers, dtype, val_share, test_share)
+        meta = TokensMeta(dtype=np.dtype(dtype).name, vocab_size=tok.vocab_size, eod=tok.eod, tokenizer=TOKENIZER_FILE,
+                          files={s: f"{s}.bin" for s in splits}, tokens={s: w.n for s, w in writers.items()},
+                          documents={s: w.docs for s, w in writers.items()})
+        empty = [s for s, w in writers.items() if w.n == 0]
+        if empty:
+            raise DataError(f"tokenize: the {empty[0]} split would hold no tokens; give more text")
+        (tmp / TOKENIZER_FILE).write_text(tok.to_json(), encoding="utf-8")
+        (out / SIDECAR).unlink(missing_ok=True)  # from here until the end, DIR describes nothing
+        fsync_dir(out)
+        for f in [*(f"{s}.bin" for s in splits), TOKENIZER_FILE]:
+            os.replace(tmp / f, out / f)
+        atomic_write(out / SIDECAR, (meta.model_dump_json(indent=2) + "\n").encode())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def _cut_one_document(tmp: Path, writers: dict, dtype, val_share: float, test_share: float) -> None:
+    """One document: its stream (all in train.bin so far) cut into the splits by position."""
+    ids = np.fromfile(tmp / "train.bin", dtype=dtype)
+    n = len(ids)
+    n_test = round(n * test_share) if "test" in writers else 0
+    n_val = round(n * val_share) if "val" in writers else 0
+    parts = {"train": ids[:n - n_val - n_test], "val": ids[n - n_val - n_test:n - n_test], "test": ids[n - n_test:]}
+    for s, w in writers.items():
+        parts[s].tofile(tmp / f"{s}.bin")
+        w.n, w.docs = len(parts[s]), 1 if s == "train" else 0

@@ -1,0 +1,121 @@
+"""Tokenizers trained on the user's own corpus, never downloaded.
+
+`bpe`: a byte-level BPE of the `tokenizers` library (the `lm` extra), trained locally to a given
+vocabulary size; any text round-trips, as GPT-2's does. `bytes`: the 256 byte values plus an
+end-of-document id (256), what the built-in `text` source reads; the fallback when `tokenizers` is
+not installed. Both are saved as `tokenizer.json`: the library's own file, or a small
+`{"ecotrain_tokenizer": "bytes", ...}` object for bytes; `load_tokenizer` reads either, and a run
+keeps a copy in its folder (RUN/tokenizer.json) so predict and export can encode prompts later.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ecotrain.errors import ConfigError, DataError
+from ecotrain.log import log
+from ecotrain.rundir import TOKENIZER, atomic_write
+
+EOD_TEXT = "<|endoftext|>"  # the end-of-document token, GPT-2's spelling
+TOKENIZER_FILE = TOKENIZER  # in a tokenized folder and in a run folder
+MIN_BPE_VOCAB = 257  # the 256 byte symbols and the end-of-document token
+MAX_BPE_VOCAB = 1 << 22  # far beyond any merge table a corpus trained here makes; refuses a typo's 10**12
+
+
+class ByteTokenizer:
+    kind = "bytes"
+    vocab_size = 257
+    eod = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def to_json(self) -> str:
+        return json.dumps({"ecotrain_tokenizer": "bytes", "vocab_size": self.vocab_size, "eod": self.eod})
+
+
+class BPETokenizer:
+    kind = "bpe"
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.vocab_size = tok.get_vocab_size()
+        self.eod = tok.token_to_id(EOD_TEXT)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tok.decode(list(ids))
+
+    def to_json(self) -> str:
+        return self.tok.to_str()
+
+
+def _tokenizers():
+    try:
+        import tokenizers  # optional: the `lm` extra (a dependency of transformers too)
+    except ImportError:
+        return None
+    return tokenizers
+
+
+def train_bpe(documents: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """A byte-level BPE of `vocab_size` ids (end-of-document first), trained on `documents`."""
+    if not MIN_BPE_VOCAB <= vocab_size <= MAX_BPE_VOCAB:
+        raise ConfigError(f"--vocab-size: {vocab_size:,} is outside {MIN_BPE_VOCAB} (the 256 bytes and the "
+                          f"end-of-document token) to {MAX_BPE_VOCAB:,}")
+    tk = _tokenizers()
+    if tk is None:
+        raise ConfigError("tokenize: the BPE tokenizer needs the tokenizers library: pip install 'ecotrain[lm]' "
+                          "(or --tokenizer bytes)")
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOD_TEXT], show_progress=False,
+                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(documents, trainer)
+    return BPETokenizer(tok)
+
+
+def make_tokenizer(kind: str, documents: Iterable[str], vocab_size: int):
+    """`kind` bpe (trained on `documents`) or bytes; bpe falls back to bytes, with a warning, when the
+    tokenizers library is missing."""
+    if kind == "bpe" and _tokenizers() is None:
+        log.warning("tokenize: the tokenizers library is not installed (pip install 'ecotrain[lm]'); "
+                    "using the byte-level tokenizer (257 ids)")
+        kind = "bytes"
+    return ByteTokenizer() if kind == "bytes" else train_bpe(documents, vocab_size)
+
+
+def load_tokenizer(path) -> ByteTokenizer | BPETokenizer:
+    """A saved tokenizer.json (a file, or a folder holding one: a run or a tokenized folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+        obj = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable tokenizer file ({getattr(exc, 'strerror', None) or exc})") from None
+    if isinstance(obj, dict) and obj.get("ecotrain_tokenizer") == "bytes":
+        return ByteTokenizer()
+    tk = _tokenizers()
+    if tk is None:
+        raise ConfigError(f"{path}: a BPE tokenizer needs the tokenizers library: pip install 'ecotrain[lm]'")
+    try:
+        tok = BPETokenizer(tk.Tokenizer.from_str(text))
+    except Exception as exc:  # the library's own parse error, whatever its type
+        raise DataError(f"{path}: not a tokenizers tokenizer ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return tok
+
+
+def save_tokenizer(run_dir: Path, source: Optional[str]) -> None:
+    """The data's tokenizer copied into the run folder (RUN/tokenizer.json), where predict finds it."""
+    if source:
+        atomic_write(Path(run_dir) / TOKENIZER_FILE, Path(source).read_bytes())

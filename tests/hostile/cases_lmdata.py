@@ -1,0 +1,136 @@
+"""The hostile corpus, language-model data: token files (`data.name: tokens:PATH`, data/tokens.py) that
+are empty, truncated, of another dtype, hold ids past the vocabulary, or come with a damaged or
+escaping tokens.json; huge sizes in the options; `ecotrain tokenize` on corpora that are empty, not
+UTF-8 or bad JSON lines; a recipe Dataset of dicts whose items disagree or hold bad targets. Each is
+one line, exit 2, before anything trains. The harness is in cases.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tests.hostile.cases import FIT, NO_RUN, RUN, Case, both, write
+
+CASES: list[Case] = []
+
+
+def ids(values, dtype="uint16") -> bytes:
+    return np.asarray(values, dtype=dtype).tobytes()
+
+
+GOOD = np.arange(400) % 50
+TOK = ["data.name=tokens:{tmp}/t/train.bin", "data.kwargs.seq_len=8"]
+KNOWN = [*TOK, "data.kwargs.dtype=uint16", "data.kwargs.vocab_size=50"]
+
+
+def refused(id: str, words, setup, *extra: str) -> Case:
+    return Case(id, [*FIT, *extra, *RUN], 2, words, setup, absent=NO_RUN)
+
+
+def sidecar(obj) -> object:
+    return both(write("t/train.bin", ids(GOOD)), write("t/tokens.json", json.dumps(obj) if not isinstance(obj, str) else obj))
+
+
+BAD_ID = GOOD.copy()
+BAD_ID[123] = 51
+CASES += [
+    refused("tokens_empty_file", ["train.bin", "an empty token file (0 bytes)"], write("t/train.bin", b""), *KNOWN),
+    refused("tokens_truncated_mid_id", ["train.bin", "801 bytes is not a whole number of uint16 ids"],
+            write("t/train.bin", ids(GOOD) + b"\x01"), *KNOWN),
+    refused("tokens_id_past_the_vocabulary", ["train.bin", "token id 51 at position 123", "vocabulary size 50"],
+            write("t/train.bin", ids(BAD_ID)), *KNOWN),
+    # uint16 ids read as uint32: pairs of ids make ids in the millions, caught by the vocabulary check
+    refused("tokens_read_with_the_wrong_dtype", ["token id 65,536 at position 0", "data.kwargs.dtype"],
+            write("t/train.bin", ids([0, 1] * 200)), *TOK, "data.kwargs.dtype=uint32", "data.kwargs.vocab_size=50"),
+    refused("tokens_no_dtype", ["data.kwargs.dtype: required", "tokens.json"], write("t/train.bin", ids(GOOD)), *TOK),
+    refused("tokens_float_dtype", ["data.kwargs.dtype", "'uint16' or 'uint32'"], write("t/train.bin", ids(GOOD)),
+            *TOK, "data.kwargs.dtype=float32", "data.kwargs.vocab_size=50"),
+    refused("tokens_unknown_option", ["data.kwargs.sqe_len: not an option"], write("t/train.bin", ids(GOOD)),
+            *KNOWN, "data.kwargs.sqe_len=8"),
+    refused("tokens_huge_vocab", ["data.kwargs.vocab_size", "4294967296"], write("t/train.bin", ids(GOOD)),
+            *TOK, "data.kwargs.dtype=uint16", "data.kwargs.vocab_size=1000000000000"),
+    refused("tokens_huge_seq_len", ["data.kwargs.seq_len", "1048576"], write("t/train.bin", ids(GOOD)),
+            *KNOWN, "data.kwargs.seq_len=1000000000"),
+    refused("tokens_window_longer_than_the_split", ["validation split holds 40 tokens", "seq_len + 1 = 65"],
+            write("t/train.bin", ids(GOOD)), *KNOWN, "data.kwargs.seq_len=64"),
+    refused("tokens_eod_past_the_vocabulary", ["data.kwargs.eod: 50 is not below the vocabulary size 50"],
+            write("t/train.bin", ids(GOOD)), *KNOWN, "data.kwargs.eod=50"),
+    refused("tokens_document_attention_without_eod", ["attention: document needs the end-of-document id"],
+            write("t/train.bin", ids(GOOD)), *KNOWN, "data.kwargs.attention=document"),
+    refused("tokens_sidecar_not_json", ["tokens.json: not readable JSON"], sidecar("{dtype: uint16"),
+            "data.name=tokens:{tmp}/t"),
+    refused("tokens_sidecar_wrong_dtype", ["tokens.json.dtype", "'uint16' or 'uint32'"],
+            sidecar({"dtype": "float64", "vocab_size": 50, "files": {"train": "train.bin"}}), "data.name=tokens:{tmp}/t"),
+    refused("tokens_sidecar_names_a_file_outside", ["'../../etc/passwd' is not a file name in its folder"],
+            sidecar({"dtype": "uint16", "vocab_size": 50, "files": {"train": "../../etc/passwd"}}),
+            "data.name=tokens:{tmp}/t"),
+    refused("tokens_sidecar_names_a_missing_file", ["val file", "val.bin not found"],
+            sidecar({"dtype": "uint16", "vocab_size": 50, "files": {"train": "train.bin", "val": "val.bin"}}),
+            "data.name=tokens:{tmp}/t"),
+    refused("tokens_folder_without_sidecar", ["holds no tokens.json"], write("t/train.bin", ids(GOOD)),
+            "data.name=tokens:{tmp}/t"),
+    refused("tokens_fifo_is_not_read", ["data.name", "is a FIFO"], lambda tmp: __import__("os").mkfifo(tmp / "f.bin"),
+            "data.name=tokens:{tmp}/f.bin", "data.kwargs.dtype=uint16", "data.kwargs.vocab_size=50"),
+]
+
+# ecotrain tokenize: nothing is written into --out but what it already held
+TOKENIZE = ["tokenize", "{tmp}/c", "--out", "{tmp}/out", "--tokenizer", "bytes"]
+CASES += [
+    Case("tokenize_empty_folder", TOKENIZE, 2, ["holds no files"], lambda tmp: (tmp / "c").mkdir(), absent=("out",)),
+    Case("tokenize_not_utf8", TOKENIZE, 2, ["b.txt: not UTF-8 text (byte 3)"],
+         both(write("c/a.txt", "fine"), write("c/b.txt", b"abc\xff")), absent=("out/tokens.json",)),
+    Case("tokenize_bad_jsonl_line", TOKENIZE, 2, ["c.jsonl:2: not a JSON line"],
+         write("c/c.jsonl", '{"text": "a"}\n{"text": \n'), absent=("out/tokens.json",)),
+    Case("tokenize_jsonl_without_text", TOKENIZE, 2, ["c.jsonl:1", "\"text\" string"],
+         write("c/c.jsonl", '{"body": "a"}\n'), absent=("out/tokens.json",)),
+    Case("tokenize_huge_vocab", ["tokenize", "{tmp}/c", "--out", "{tmp}/out", "--vocab-size", "1000000000000"], 2,
+         ["--vocab-size", "outside 257"], write("c/a.txt", "some text"), absent=("out/tokens.json",)),
+    Case("tokenize_shares_leave_nothing", [*TOKENIZE, "--val-share", "0.6", "--test-share", "0.5"], 2,
+         ["leave no training text"], write("c/a.txt", "x"), absent=("out",)),
+]
+
+# a recipe Dataset of dicts (data/items.py): its items checked as the Python API takes them
+LM_DATASETS = write("lmdata.py", """\
+import torch
+
+
+class Dicts(torch.utils.data.Dataset):
+    bad = ""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        x = torch.arange(8) % 5
+        item = {"input_ids": x, "labels": x.clone()}
+        if self.bad == "shape" and i == 13:
+            item["input_ids"] = torch.arange(9)
+        if self.bad == "label" and i == 0:
+            item["labels"][2] = -3
+        if self.bad == "nan" and i == 0:
+            item["scale"] = torch.tensor(float("nan"))
+        return item
+
+
+class Shapes(Dicts):
+    bad = "shape"
+
+
+class Labels(Dicts):
+    bad = "label"
+
+
+class NaNs(Dicts):
+    bad = "nan"
+""")
+PY = {"PYTHONPATH": "{tmp}"}
+CASES += [
+    Case("recipe_dicts_differ_in_shape", [*FIT, "data.name=lmdata:Shapes", *RUN], 2,
+         ["item 13 holds dict(input_ids: int64[9]", "where item 0 holds dict(input_ids: int64[8]"], LM_DATASETS,
+         env=PY, absent=NO_RUN),
+    Case("recipe_dicts_bad_target", [*FIT, "data.name=lmdata:Labels", *RUN], 2,
+         ["item 0: 'labels' holds -3 at position 2", "or -100"], LM_DATASETS, env=PY, absent=NO_RUN),
+    Case("recipe_dicts_nan", [*FIT, "data.name=lmdata:NaNs", *RUN], 2, ["item 0: 'scale' holds NaN/Inf"],
+         LM_DATASETS, env=PY, absent=NO_RUN),
+]

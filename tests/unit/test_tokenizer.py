@@ -1,0 +1,96 @@
+"""Tokenizers trained on the corpus (data/tokenizer.py) and `ecotrain tokenize` (data/corpus.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ecotrain.data import corpus, tokenizer
+from ecotrain.data.corpus import tokenize_corpus
+from ecotrain.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
+from ecotrain.errors import ConfigError, DataError
+
+TEXT = ["the cat sat on the mat, the cat ran", "über café 日本語 — tabs\tand\nnewlines  ", "print('hello')\n" * 5]
+
+
+def _docs(folder, n=12):
+    folder.mkdir()
+    for i in range(n):
+        (folder / f"{i:02d}.txt").write_text(f"document {i}: " + TEXT[i % 3])
+    return folder
+
+
+def test_bpe_round_trips_any_text_and_keeps_its_size():
+    tok = train_bpe(TEXT * 20, 300)
+    assert tok.vocab_size <= 300 and tok.eod == 0
+    for text in TEXT + ["never seen: ∑ 🙂 \x00"]:
+        assert tok.decode(tok.encode(text)) == text
+    assert len(tok.encode(TEXT[0])) < len(TEXT[0].encode())  # merges learnt
+
+
+def test_saved_tokenizers_load_back(tmp_path):
+    for tok in (train_bpe(TEXT, 280), ByteTokenizer()):
+        (tmp_path / "tokenizer.json").write_text(tok.to_json())
+        back = load_tokenizer(tmp_path)
+        assert back.kind == tok.kind and back.encode(TEXT[1]) == tok.encode(TEXT[1]) and back.eod == tok.eod
+
+
+@pytest.mark.parametrize("content, words", [(b"{not json", "not a readable tokenizer file"),
+                                             (b'{"model": 3}', "not a tokenizers tokenizer"),
+                                             (b"\xff\xfe", "not a readable tokenizer file")])
+def test_a_damaged_tokenizer_file_is_one_line(tmp_path, content, words):
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    with pytest.raises(DataError, match=words):
+        load_tokenizer(tmp_path)
+
+
+def test_vocab_size_bounds():
+    with pytest.raises(ConfigError, match="outside 257"):
+        train_bpe(TEXT, 100)
+    with pytest.raises(ConfigError, match="outside 257"):
+        train_bpe(TEXT, 10 ** 12)
+
+
+def test_tokenize_writes_documents_with_their_ends(tmp_path):
+    meta = tokenize_corpus(_docs(tmp_path / "c"), tmp_path / "out", vocab_size=300, val_share=0.25)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokens.json", "train.bin", "val.bin"]
+    assert meta.documents == {"train": 9, "val": 3} and json.loads((out / "tokens.json").read_text())["eod"] == meta.eod
+    ids = np.fromfile(out / "train.bin", dtype=np.uint16)
+    assert len(ids) == meta.tokens["train"] and (ids == meta.eod).sum() == 9 and ids[-1] == meta.eod
+    tok = load_tokenizer(out)
+    first = ids[: int(np.argmax(ids == meta.eod))]
+    assert tok.decode(first.tolist()) == "document 0: " + TEXT[0]
+
+
+def test_one_document_is_cut_by_position_and_jsonl_lines_are_documents(tmp_path):
+    (tmp_path / "one.txt").write_text("abc " * 500)
+    meta = tokenize_corpus(tmp_path / "one.txt", tmp_path / "o1", tokenizer="bytes", val_share=0.1, test_share=0.1)
+    assert meta.tokens == {"train": 1601, "val": 200, "test": 200} and meta.vocab_size == 257
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in TEXT * 4) + "\n\n")
+    meta = tokenize_corpus(tmp_path / "c.jsonl", tmp_path / "o2", tokenizer="bytes", val_share=0.25)
+    assert meta.documents == {"train": 9, "val": 3}
+
+
+def test_without_the_library_bytes_are_the_fallback(tmp_path, monkeypatch, ecotrain_log):
+    monkeypatch.setattr(tokenizer, "_tokenizers", lambda: None)
+    meta = tokenize_corpus(_docs(tmp_path / "c"), tmp_path / "out", vocab_size=300)
+    assert meta.vocab_size == 257 and meta.eod == 256 and "using the byte-level tokenizer" in ecotrain_log.text
+
+
+def test_a_failed_tokenize_leaves_the_old_folder_and_no_temporary(tmp_path, monkeypatch):
+    c = _docs(tmp_path / "c")
+    tokenize_corpus(c, tmp_path / "out", tokenizer="bytes")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    (c / "05.txt").write_bytes(b"\xff\xfe bad")
+    with pytest.raises(DataError, match=r"05.txt: not UTF-8 text \(byte 0\)"):
+        tokenize_corpus(c, tmp_path / "out", tokenizer="bytes")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+    def boom(*a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(corpus, "_cut_one_document", boom)
+    (tmp_path / "one.txt").write_text("x" * 100)
+    with pytest.raises(OSError):
+        tokenize_corpus(tmp_path / "one.txt", tmp_path / "out", tokenizer="bytes")
+    assert {p.name for p in (tmp_path / "out").iterdir()} == set(before)  # no .tokenize-* left
