@@ -34,8 +34,10 @@ from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
+from ecotrain.memory.chunked_loss import check_task as check_chunked_loss
 from ecotrain.memory.levers import configure_memory, oom_hint
 from ecotrain.memory.measure import for_run as memory_plan_for_run
+from ecotrain.memory.optim_offload import offload_optimizer_state
 from ecotrain.inference import load_trained
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
@@ -106,10 +108,14 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     methods = build_methods(cfg, parts.methods, load_trained)  # a teacher or reference run: rebuilt by inference
     task = make_task(cfg, parts, bundle)
     check_methods_fit(methods, task, bundle, started_from=opts.init_from or opts.resume)
+    if cfg.memory.chunked_loss == "on":
+        check_chunked_loss(task, methods)
     net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
     source, sampler, facts = make_sampler(cfg, bundle, dist, methods)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)), factory=parts.optimizer)
+    if cfg.memory.optimizer_offload == "on":  # the state out of memory between steps (memory/optim_offload.py)
+        offload_optimizer_state(opt, cfg.memory.offload_dir or folder.path, device, dist.strategy)
     sched_total = total if cfg.schedule.interval == "step" else -(-total // max(1, len(sampler)))
     sched = parts.scheduler(opt) if parts.scheduler else build_scheduler(opt, cfg.schedule, sched_total)
     state = TrainState(cfg, net, opt, sched, Objective(task, methods),

@@ -237,11 +237,18 @@ class MemoryConfig(_Section):
     offload_blocks: Optional[int] = Field(None, ge=1)
     offload_dir: Optional[str] = None  # where CPU offload writes; None: the run folder
     eval_batch_size: Optional[int] = Field(None, gt=0)  # evaluation's batch; None: data.batch_size * 4
+    # the LM head + cross-entropy over chunks of loss_chunk tokens, logits recomputed in backward (memory/chunked_loss.py)
+    chunked_loss: Literal["off", "on"] = "off"
+    loss_chunk: int = Field(1024, gt=0)  # tokens per chunk: one chunk's logits [loss_chunk, vocab] is the peak
+    # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (memory/optim_offload.py)
+    optimizer_offload: Literal["off", "on"] = "off"
     # the levers memory.budget may pull (micro_batches out: the same data per forward, bit-identical losses)
-    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches"]] = Field(
+    # chunked_loss and optimizer_offload: only when named (chunked_loss changes the loss's float rounding)
+    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
+                                "optimizer_offload"]] = Field(
         default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches"])
 
-    @field_validator("activation_offload", mode="before")
+    @field_validator("activation_offload", "chunked_loss", "optimizer_offload", mode="before")
     @classmethod
     def _yaml_on_off(cls, v):  # YAML 1.1 reads a bare on/off as true/false
         return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from ecotrain import metrics as M
 from ecotrain.batch import batch_size
 from ecotrain.errors import ConfigError
+from ecotrain.memory.chunked_loss import chunked_cross_entropy, is_head_input
 
 TARGET_KEYS = ("labels", "label", "y", "target", "targets")
 _HALF = (torch.float16, torch.bfloat16)
@@ -292,6 +293,8 @@ class SequenceTask(SupervisedTask):
 
     def loss(self, out, batch, reduction: str = "mean") -> torch.Tensor:
         y = batch[1] if self.xy and type(batch) is tuple and len(batch) == 2 else self.targets(batch)
+        if is_head_input(out):  # memory.chunked_loss: the head's input, the logits computed chunk by chunk
+            return chunked_cross_entropy(out, y, reduction)
         out = logits_of(out)
         out = out.float() if out.dtype in _HALF else out  # fp32 softmax under autocast
         return F.cross_entropy(out.flatten(0, 1), y.reshape(-1), ignore_index=self.IGNORE, reduction=reduction)

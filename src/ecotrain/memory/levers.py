@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from ecotrain.batch import batch_size
 from ecotrain.log import log
 from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.memory.chunked_loss import apply_chunked_loss
 from ecotrain.memory.offload import apply_offload
 from ecotrain.memory.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
 from ecotrain.rundir import atomic_write
@@ -141,6 +142,8 @@ def configure_memory(model: nn.Module, cfg) -> list[str]:
         folder = Path(cfg.offload_dir) if cfg.offload_dir else Path(tempfile.gettempdir())
         targets = offload_targets(model, names)[:cfg.offload_blocks]  # None: every one
         apply_offload(targets, folder, lossy=cfg.activation_offload == "bf16")
+    if cfg.chunked_loss == "on":  # after checkpointing: the head is not a block
+        apply_chunked_loss(model, cfg.loss_chunk)
     return names
 
 

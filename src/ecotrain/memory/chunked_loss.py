@@ -1,0 +1,171 @@
+"""Chunked loss: the LM head and cross-entropy over chunks of tokens, the logits never whole.
+
+A language model's largest single activation is its logits, `[tokens, vocab]` (with autocast's
+float32 copy and log-softmax, three such tensors are kept for backward). `memory.chunked_loss: on`
+replaces the head's `forward` on the instance (as checkpointing does: no wrapper module, the same
+state_dict keys) with one that, while gradients are recorded, returns its input as a `HeadInput`:
+the hidden states, a tensor, that remembers the head. `task.loss` hands it to
+`chunked_cross_entropy`, which computes the logits `loss_chunk` tokens at a time and keeps only one
+float per token (the log-sum-exp); the backward recomputes each chunk's logits and turns them into
+the gradients of the hidden states, the head's weight and bias. Peak: one chunk's logits instead of
+every token's. Under `no_grad` (evaluation, metrics) the head runs as written and gives logits.
+
+The gradients are those of `F.cross_entropy` on the whole logits up to the order of float sums (the
+head's weight gradient is summed chunk by chunk): tests/unit/test_chunked_loss.py, max relative
+difference <= 1e-5 in float32 on a tiny GPT.
+
+On CUDA with Liger Kernel installed (`pip install liger-kernel`), the same lever uses its fused
+linear cross-entropy (a Triton kernel) for mean and sum losses; written, not run here (no GPU was
+lent to this task), so only ecotrain's own path is tested.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ecotrain.errors import ConfigError
+
+IGNORE = -100
+HEAD_NAMES = ("head", "lm_head", "output")  # the attribute a causal LM's vocabulary projection has
+
+
+class HeadInput(torch.Tensor):
+    """The head's input, standing in for its logits while gradients are recorded: `.head` is the
+    nn.Linear to apply, `.chunk` the tokens per chunk. A real tensor, so DDP's and FSDP's output hooks
+    see it (they register their backward hooks on the outputs' tensors)."""
+
+    head: nn.Linear
+    chunk: int
+
+
+def is_head_input(out) -> bool:
+    """The head's stand-in itself (an op on it gives a HeadInput without `.head`: not one)."""
+    return isinstance(out, HeadInput) and "head" in out.__dict__
+
+
+def find_head(model: nn.Module) -> nn.Linear:
+    """The vocabulary projection: an nn.Linear named head / lm_head / output on the model (or its
+    `.model`); else one line saying what to do."""
+    for owner in (model, getattr(model, "model", None)):
+        for name in HEAD_NAMES:
+            mod = getattr(owner, name, None) if owner is not None else None
+            if isinstance(mod, nn.Linear):
+                return mod
+    raise ConfigError("memory.chunked_loss: the model has no nn.Linear named head, lm_head or output (its "
+                      "vocabulary projection) whose output is the logits; set memory.chunked_loss=off")
+
+
+def apply_chunked_loss(model: nn.Module, chunk: int) -> nn.Linear:
+    """Make the model's head return a `HeadInput` while gradients are recorded; returns the head."""
+    head = find_head(model)
+    if hasattr(head.forward, "__wrapped__"):
+        return head
+    plain = head.forward
+
+    def run(x):
+        if not torch.is_grad_enabled():
+            return plain(x)
+        out = x.as_subclass(HeadInput)  # the same storage and autograd history
+        out.head, out.chunk = head, chunk
+        return out
+    run.__wrapped__ = plain
+    head.forward = run  # an instance attribute: nn.Module.__call__ finds it
+    return head
+
+
+def _autocast_state(device_type: str):
+    on = torch.is_autocast_enabled(device_type)
+    return on, torch.get_autocast_dtype(device_type) if on else None
+
+
+def _logits(h, w, b, cast):
+    on, dtype = cast
+    with torch.autocast(h.device.type, dtype=dtype or torch.float32, enabled=on):
+        z = F.linear(h, w, b)
+    return z.float()  # fp32 softmax, as SequenceTask.loss does under autocast
+
+
+class _ChunkedCE(torch.autograd.Function):
+    """Per-token losses [N] of `linear(h, w, b)` against `y`; logits recomputed chunk by chunk in backward."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, y, chunk: int, cast):
+        n = h.shape[0]
+        losses = torch.empty(n, dtype=torch.float32, device=h.device)
+        lse = torch.empty(n, dtype=torch.float32, device=h.device)
+        for s in range(0, n, chunk):
+            z = _logits(h[s:s + chunk], w, b, cast)
+            yc = y[s:s + chunk]
+            keep = yc != IGNORE
+            lse[s:s + chunk] = torch.logsumexp(z, dim=-1)
+            picked = z.gather(1, torch.where(keep, yc, 0).unsqueeze(1)).squeeze(1)
+            losses[s:s + chunk] = torch.where(keep, lse[s:s + chunk] - picked, 0.0)
+        ctx.save_for_backward(h, w, b if b is not None else torch.empty(0), y, lse)
+        ctx.chunk, ctx.cast, ctx.has_bias = chunk, cast, b is not None
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, w, b, y, lse = ctx.saved_tensors
+        b = b if ctx.has_bias else None
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = torch.empty_like(h) if need_h else None
+        gw = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_w else None
+        gb = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if need_b and b is not None else None
+        for s in range(0, h.shape[0], ctx.chunk):
+            hc, yc = h[s:s + ctx.chunk], y[s:s + ctx.chunk]
+            z = _logits(hc, w, b, ctx.cast)
+            keep = yc != IGNORE
+            g = torch.exp(z - lse[s:s + ctx.chunk].unsqueeze(1))  # softmax
+            g.scatter_add_(1, torch.where(keep, yc, 0).unsqueeze(1), torch.full_like(z[:, :1], -1.0))
+            g.mul_(torch.where(keep, grad[s:s + ctx.chunk], 0.0).unsqueeze(1))
+            gz = g.to(hc.dtype) if not ctx.cast[0] else g.to(ctx.cast[1])  # the matmuls' dtype under autocast
+            if need_h:
+                gh[s:s + ctx.chunk] = (gz @ w.to(gz.dtype)).to(h.dtype)
+            if need_w:
+                gw += (gz.t() @ hc.to(gz.dtype)).float()
+            if gb is not None:
+                gb += g.sum(0)
+        return (gh, None if gw is None else gw.to(w.dtype), None if gb is None else gb.to(b.dtype),
+                None, None, None)
+
+
+def _liger(reduction: str):
+    if reduction not in ("mean", "sum"):
+        return None
+    try:  # an optional extra: Liger Kernel's fused linear cross-entropy (Triton, CUDA)
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError:
+        return None
+    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE, reduction=reduction)
+
+
+def chunked_cross_entropy(hidden: HeadInput, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """`F.cross_entropy(head(hidden).flatten(0, 1), targets.reshape(-1), ignore_index=-100, reduction)`,
+    without the whole logits."""
+    head, chunk = hidden.head, hidden.chunk
+    h = hidden.as_subclass(torch.Tensor).flatten(0, -2)
+    y = targets.reshape(-1).to(h.device)
+    fused = _liger(reduction) if h.is_cuda else None
+    if fused is not None:  # CUDA only, untested here
+        return fused(head.weight, h, y, head.bias)
+    losses = _ChunkedCE.apply(h, head.weight, head.bias, y, chunk, _autocast_state(h.device.type))
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    if reduction == "sum":
+        return total
+    return total / (y != IGNORE).sum()  # mean over the tokens that count, as F.cross_entropy's
+
+
+def check_task(task, methods) -> None:
+    """The chunked loss replaces the logits only for ecotrain's own per-token cross-entropy; anything
+    else reading the outputs would get the hidden states: one line instead."""
+    if getattr(task, "name", None) not in ("sequence", "language_model"):
+        raise ConfigError(f"memory.chunked_loss=on needs task language_model or sequence (ecotrain computes the "
+                          f"cross-entropy), not {getattr(task, 'name', type(task).__name__)}; set memory.chunked_loss=off")
+    if getattr(methods, "has_loss_terms", False):
+        raise ConfigError("memory.chunked_loss=on: a method adds loss terms that read the logits; "
+                          "set memory.chunked_loss=off")
