@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ecotrain.config_base import Section as _Section
 
@@ -60,8 +60,20 @@ class FsdpConfig(_Section):
 class DistributedConfig(_Section):
     """Picked up from torchrun's environment; gloo on CPU, nccl on CUDA. data.batch_size is global."""
 
-    strategy: Literal["none", "ddp", "fsdp"] = "none"
+    # zero2: FSDP2 with gradients and optimizer state sharded, parameters kept gathered from forward to
+    # backward (fsdp.reshard_after_forward=false); read as that fsdp config, so resume, resharding and
+    # every FSDP rule apply to it unchanged
+    strategy: Literal["none", "ddp", "fsdp", "zero2"] = "none"
     fsdp: FsdpConfig = Field(default_factory=FsdpConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zero2_is_fsdp(cls, v):
+        if isinstance(v, dict) and v.get("strategy") == "zero2":
+            fsdp = v.get("fsdp") or {}
+            fsdp = fsdp.model_dump() if hasattr(fsdp, "model_dump") else fsdp
+            v = {**v, "strategy": "fsdp", "fsdp": {**fsdp, "reshard_after_forward": False}}
+        return v
     timeout_seconds: float = Field(300, gt=0)  # a collective waiting longer than this fails with a clear error
     # rank 0's own work (a synchronous checkpoint write, the final weights, files and trackers' upload) may take
     # this long: the other ranks wait for it on a CPU barrier, never inside a collective of training

@@ -150,6 +150,8 @@ class TorchDist(Dist):
         for block in shard_units(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
+        if not cfg.fsdp.reshard_after_forward:  # ZeRO-2: gathered parameters wait for a backward
+            model.register_forward_hook(_reshard_without_backward)
         return model
 
     def unwrap(self, model):
@@ -373,3 +375,13 @@ class ShardedSampler:
         for b, idx in enumerate(full):
             if b >= start:
                 yield idx[lo:hi]
+
+
+def _reshard_without_backward(model, _args, _out) -> None:
+    """ZeRO-2 (`reshard_after_forward=False`): a forward with no backward to follow (evaluation) would
+    leave every block's parameters gathered until the next training step, the memory ZeRO-2 spares
+    between steps; shard them again (`FSDPModule.reshard`), as a backward would have."""
+    if not torch.is_grad_enabled():
+        for m in model.modules():
+            if hasattr(m, "reshard"):
+                m.reshard()

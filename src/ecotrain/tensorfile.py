@@ -53,6 +53,9 @@ def cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     seen: dict[tuple, str] = {}
     for name, t in state.items():
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):  # FSDP's DTensors: no storage
+            out[name] = t.detach().to("cpu", copy=True)
+            continue
         key = (t.untyped_storage().data_ptr(), str(t.device), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         first = seen.get(key) if t.numel() else None
         out[name] = out[first] if first is not None else t.detach().to("cpu", copy=True)
