@@ -15,7 +15,7 @@ from ecotrain.rundir import config_yaml
 from ecotrain.accounting.compare import judge
 from ecotrain.decide import save, until_decided
 from ecotrain.errors import ConfigError, PreemptedError
-from ecotrain.rundir import default_run_dir
+from ecotrain.rundir import default_run_dir, holds_run
 from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
 from ecotrain.userpath import user_path
 
@@ -63,16 +63,27 @@ def fit_pair(args, name: str, trainer) -> int:
     prefix = Path(args.run_dir) if args.run_dir else default_run_dir(name)
     base_prefix = prefix.with_name(prefix.name + "-baseline")
     first = {"resume": args.resume, "overwrite": args.overwrite}  # later calls keep the runs already trained
+    first_of = {str(p): dict(first) for p in (base_prefix, prefix)} | {"trained": 0}
 
     def train(seeds: list[int]) -> tuple[list[str], list[str]]:
-        text = ",".join(map(str, seeds))
-        for recipe, overrides, pre, nm in ((args.baseline, [], base_prefix, base_name),
-                                           (args.recipe, args.overrides, prefix, name)):
-            code = fit_seeds(recipe, overrides, text, pre, nm, fit_one=trainer(recipe), **first)
-            if code != 0:
-                raise PreemptedError(f"the {nm} group stopped (exit {code}); run the same command with "
-                                     "--resume auto to continue it")
+        if not first["resume"] and not first["overwrite"]:  # refused now, not after the first seeds trained
+            for one in group_paths(base_prefix, seeds)[1] + group_paths(prefix, seeds)[1]:
+                if holds_run(one):
+                    raise ConfigError(f"{one}: already holds a run; continue with `--resume auto`, choose a fresh "
+                                      "--run-dir, or pass --overwrite to replace it")
+        # in turn, seed by seed (baseline, candidate, baseline, ...): a load that comes and goes falls on both
+        # sides alike, so measured figures compare pair by pair; the runs already finished are kept
+        for k in range(max(1, first_of["trained"]), len(seeds) + 1):  # a later look adds seeds after these
+            text = ",".join(map(str, seeds[:k]))
+            for recipe, overrides, pre, nm in ((args.baseline, [], base_prefix, base_name),
+                                               (args.recipe, args.overrides, prefix, name)):
+                code = fit_seeds(recipe, overrides, text, pre, nm, fit_one=trainer(recipe), **first_of[str(pre)])
+                if code != 0:
+                    raise PreemptedError(f"the {nm} group stopped (exit {code}); run the same command with "
+                                         "--resume auto to continue it")
+                first_of[str(pre)] = {"resume": "auto", "overwrite": False}
         first.update(resume="auto", overwrite=False)
+        first_of["trained"] = len(seeds)
         return read_group(group_paths(base_prefix, seeds)[0]), read_group(group_paths(prefix, seeds)[0])
 
     def judged(base, cand, look):

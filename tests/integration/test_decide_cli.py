@@ -43,3 +43,16 @@ def test_until_decided_needs_a_baseline_in_one_line(tmp_path):
                  "--run-dir", tmp_path / "p")
     assert r.returncode == 2 and "--until-decided: give --baseline RECIPE and --seeds" in r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1 and not (tmp_path / "p-s0").exists()
+
+
+def test_the_sides_train_in_turn_seed_by_seed(tmp_path):
+    """A, B, A, B: a load that comes and goes falls on both sides alike, so measured figures pair up."""
+    base, cand = recipe(tmp_path / "b.yaml", "wide", 64), recipe(tmp_path / "c.yaml", "narrow", 8)
+    r = ecotrain("fit", cand, "--seeds", "0-1", "--baseline", base, "--by", "flops", "--max-accuracy-drop", "0.5",
+                 "--min-cost-cut", "0", "--run-dir", tmp_path / "p", "--quiet")
+    assert r.returncode in (0, 1), r.stderr
+    order = sorted(["p-baseline-s0", "p-s0", "p-baseline-s1", "p-s1"],
+                   key=lambda run: (tmp_path / run / "summary.json").stat().st_mtime_ns)
+    assert order == ["p-baseline-s0", "p-s0", "p-baseline-s1", "p-s1"]
+    for group in ("p-group.json", "p-baseline-group.json"):
+        assert json.loads((tmp_path / group).read_text())["seeds"] == [0, 1]

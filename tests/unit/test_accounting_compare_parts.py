@@ -238,11 +238,13 @@ def test_a_measured_verdict_under_contention_is_inconclusive(tmp_path):
                   lambda L: L.update(contention={"seen": False, "load": 0.5}))
     report, verdict = judge([b], [c], by="cpu_seconds")
     assert verdict == "INCONCLUSIVE"
-    assert _line(report, "CPU s (measured):") == ("CPU s (measured): 10 -> 4, cut 60.0% (required 50%): PASS (a point "
-                                                  "check); measured under contention: unreliable, so INCONCLUSIVE")
+    assert _line(report, "CPU s (measured):") == (
+        "CPU s (measured): 10 -> 4, cut 60.0% (required 50%): PASS (a point check); measured under contention, one run "
+        "on a side: no interval to hold the load's share, so INCONCLUSIVE")
     assert _line(report, "note: the") == (
         f"note: the CPU s verdict is unreliable: measured under contention (candidate {c}: load 3.5 on 2 CPUs, steps "
-        "up to 1.8x slower); rerun on a quiet machine, or compare --by flops (counted)")
+        "up to 1.8x slower); rerun on a quiet machine, run the sides in turn (A, B, A, B) on more seeds, or compare "
+        "--by flops (counted)")
     assert report.endswith("verdict: INCONCLUSIVE (test_accuracy PASS, CPU s (measured) INCONCLUSIVE: run more seeds)")
     report, verdict = judge([c], [b, c], by="energy", min_cost_cut=-5)
     assert "(baseline " + c + ": load 3.5 on 2 CPUs, steps up to 1.8x slower; candidate " + c in report
@@ -290,3 +292,32 @@ def test_a_sequential_look_prints_its_own_level_not_95(tmp_path):
     assert "99.17% CI [" in line and "95% CI" not in line and "sequential look 2: 99.1667% interval" in line
     report, _ = judge(b, c)
     assert "95% CI [" in _line(report, "test_accuracy:")
+
+
+def _busy_group(tmp_path, side, cpus, acc=0.9):
+    busy = {"seen": True, "load": 5.5, "cpus": 2, "slowdown": 1.3}
+    return [_edit(make_run(tmp_path / f"{side}{i}", acc, 1.0, seed=i, cpu=x), "ledger.json",
+                  lambda L: L.update(contention=busy)) for i, x in enumerate(cpus)]
+
+
+def test_a_measured_interval_wholly_past_the_threshold_decides_under_contention(tmp_path):
+    """Load moves measured figures, but when the cut's whole interval lies on one side of the required
+    cut, that is a verdict, not INCONCLUSIVE; the note says how the load entered the interval."""
+    base = _busy_group(tmp_path, "b", [10.0, 14.0, 11.0, 13.0])
+    cheap = _busy_group(tmp_path, "c", [4.0, 5.8, 4.3, 5.1])  # about 0.4x, seed by seed
+    report, verdict = judge(base, cheap, by="cpu_seconds")
+    assert verdict == "PASS"
+    line = _line(report, "CPU s (measured):")
+    assert "the cut's 95% CI [" in line and line.endswith(
+        "PASS (measured under contention: the interval, wholly at or above the required cut, decides)")
+    low = float(line.split("the cut's 95% CI [")[1].split("%")[0])
+    assert 50 < low < 60
+    note = _line(report, "note: measured under contention")
+    assert "the load entered the CPU s interval as spread (paired by seed" in note and "A, B, A, B" in note
+    dear = _busy_group(tmp_path, "d", [8.0, 11.0, 9.0, 10.5])  # about 0.8x: wholly short of a 50% cut
+    report, verdict = judge(base, dear, by="cpu_seconds")
+    assert verdict == "FAIL" and "wholly below the required cut" in report
+    near = _busy_group(tmp_path, "n", [4.0, 8.0, 6.5, 6.0])  # about 0.51x, wide: straddles
+    report, verdict = judge(base, near, by="cpu_seconds")
+    assert verdict == "INCONCLUSIVE" and "straddles the required cut" in report
+    assert "note: the CPU s verdict is unreliable" in report
