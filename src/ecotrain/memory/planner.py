@@ -406,6 +406,9 @@ def format_search(s: Search, batch: int) -> str:
         lines.append(f"pick: {s.chosen.candidate.describe(batch)} (peak {fmt_bytes(s.chosen.top)}, "
                      f"{s.chosen.step_seconds:.2f} s/step)   [* pick, p Pareto front: peak vs step time"
                      f"{' (CPU-s)' if s.chosen.cpu_seconds is not None else ''}]")
+        second = runner_up(s)
+        if second is not None:
+            lines.append(f"runner-up: {second.candidate.describe(batch)}: {why_not(second, s.chosen, s.usable)}")
     else:
         lines.append(none_fits_line(s, batch))
     return "\n".join(lines)
@@ -451,3 +454,21 @@ def log_choice(s: Search, batch: int) -> None:
     how = f"read from the run folder's {PLAN_FILE}, not measured again" if s.reused else f"chosen in {s.seconds:.1f} s"
     log.info(f"memory.budget={fmt_bytes(s.budget)}: {s.chosen.candidate.describe(batch)}, measured peak "
              f"{fmt_bytes(s.chosen.top)} (evaluation's included), {s.chosen.step_seconds:.2f} s/step ({how})")
+
+
+def runner_up(s: Search) -> Optional[Measured]:
+    """The plan that came closest: the fastest other plan that fits, else the fastest other one."""
+    rest = [m for m in s.measured if m is not s.chosen]
+    ok = [m for m in rest if fits(m, s.usable)]
+    return min(ok or rest, key=lambda m: m.cost) if rest else None
+
+
+def why_not(m: Measured, chosen: Measured, usable: float) -> str:
+    """Why `m` lost to `chosen`, in the terms `choose` decided by."""
+    if not fits(m, usable):
+        return f"peak {fmt_bytes(m.top)} is over the usable {fmt_bytes(usable)}"
+    ratio = m.cost / chosen.cost
+    if ratio > 1 + TIE:
+        return f"fits (peak {fmt_bytes(m.top)}) but its step costs {ratio:.2f}x the pick's"
+    return (f"as fast within {TIE:.0%} ({ratio:.2f}x), and the tie goes to the fuller plan "
+            f"(peak {fmt_bytes(m.top)} vs {fmt_bytes(chosen.top)}: less recomputed, offloaded or cut)")
