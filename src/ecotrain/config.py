@@ -243,9 +243,7 @@ class MemoryConfig(_Section):
     # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (memory/optim_offload.py)
     optimizer_offload: Literal["off", "on"] = "off"
     # the levers memory.budget may pull (micro_batches out: the same data per forward, bit-identical losses)
-    # chunked_loss and optimizer_offload: only when named (chunked_loss changes the loss's float rounding)
-    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
-                                "optimizer_offload"]] = Field(
+    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches"]] = Field(
         default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches"])
 
     @field_validator("activation_offload", "chunked_loss", "optimizer_offload", mode="before")
