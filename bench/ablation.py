@@ -1,7 +1,7 @@
 """Each efficiency lever alone against the baseline: its cost ratio and accuracy change.
 
     python bench/ablation.py [--seeds 0] [--only short,ema] [--scale 0.333]
-                             [--baseline-group runs/bench-green/baseline-group.json]
+                             [--baseline-group runs/bench-green/baseline-group.json] [--quick]
 
 Every row is the baseline recipe (recipes/mnist1d_cnn.yaml as shipped) plus one lever's overrides,
 trained with `ecotrain fit ... --seeds S --run-dir OUT/<row>` (the real CLI), then read back like
@@ -15,18 +15,23 @@ one-line reason instead of figures. Both sides run with one intra-op thread (see
 
 Prints a Markdown table (docs/efficiency.md holds its last output) and ends with
 `RESULT rows=<n> baseline_acc=<f> best_cost=<row> best_cost_flops_ratio=<f>`: the row with the
-lowest FLOPs ratio among those within 1 point of the baseline's accuracy.
+lowest FLOPs ratio among those within 1 point of the baseline's accuracy. `--quick` (a check that
+the bench runs, not a figure): one row (`short`) and the baseline at 30 steps, in a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
+import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from green import BASELINE, ROOT, medians, train_group  # noqa: E402
+from green import BASELINE, ROOT, rows as group_rows, train_group  # noqa: E402
 
 BASE_STEPS = 6000  # recipes/mnist1d_cnn.yaml's loop.max_steps
 
@@ -57,6 +62,12 @@ LEVERS = [
 ]
 
 
+def medians(group: Path) -> dict:
+    """A group's median test accuracy, FLOPs and CPU-seconds over its seeds (bench/green.py reads the runs)."""
+    got = group_rows(group)
+    return {k: statistics.median(r[key] for r in got) for k, key in (("acc", "test"), ("flops", "flops"), ("cpu", "cpu"))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0")
@@ -65,7 +76,11 @@ def main() -> int:
     ap.add_argument("--baseline-group", default=str(ROOT / "runs" / "bench-green" / "baseline-group.json"))
     ap.add_argument("--scale", type=float, default=1.0, help="every schedule's steps x this (baseline included, "
                     "then trained here): 0.333 runs the whole table at a third of the cost")
+    ap.add_argument("--quick", action="store_true", help="one row, 30 steps, a temporary folder: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.only, args.scale, args.out = "short", 30 / BASE_STEPS, tempfile.mkdtemp(prefix="bench-ablation-")
+        atexit.register(shutil.rmtree, args.out, ignore_errors=True)
     steps = round(BASE_STEPS * args.scale)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -151,18 +151,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the bench runs (no figures)")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.steps = 1, 20
     torch.set_num_threads(1)
+    # the examples' runs: 60 steps, a checkpoint every 10, the kill after step 20 (quick: 12, 4, 4)
+    steps, every, kill_after = ("12", "4", 4) if args.quick else ("60", "10", 20)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         reads = getitem_before_first_step(tmp)
         print(f"__getitem__ calls before the first step on a 20,000-item Dataset, batch 64: {reads}", file=sys.stderr)
-        hf = kill_and_resume_identical("hf_text_classification.py", tmp, ["--steps", "60", "--checkpoint-every", "10"])
-        stream = kill_and_resume_identical("stream.py", tmp, ["--steps", "60", "--checkpoint-every", "10"])
+        # quick: the harness once, on the lightest example (tests/integration/test_examples.py runs them all)
+        hf = "skipped" if args.quick else str(kill_and_resume_identical(
+            "hf_text_classification.py", tmp, ["--steps", steps, "--checkpoint-every", every], kill_after)).lower()
+        stream = kill_and_resume_identical("stream.py", tmp, ["--steps", steps, "--checkpoint-every", every], kill_after)
         print(f"SIGKILL + resume bit-identical: hf {hf}, stream {stream}", file=sys.stderr)
-        r2 = regression_r2(tmp)
-        print(f"regression example test R2 {r2:.4f}", file=sys.stderr)
-    side_by_side(200, 0, False)  # warm-up
+        r2 = "skipped" if args.quick else f"{regression_r2(tmp):.4f}"
+        print(f"regression example test R2 {r2}", file=sys.stderr)
+    if not args.quick:
+        side_by_side(200, 0, False)  # warm-up
     over = []
     for r in range(args.rounds):
         fast, generic = side_by_side(args.steps, r, False), side_by_side(args.steps, r, True)
@@ -170,8 +178,8 @@ def main() -> None:
         print(f"round {r}: hand/eco fast {fast:.3f}, generic {generic:.3f}: generic over fast {fast / generic:.3f}",
               file=sys.stderr)
     g = statistics.median(over)
-    print(f"RESULT getitem_before_first_step={reads} hf_resume_identical={str(hf).lower()} "
-          f"stream_resume_identical={str(stream).lower()} regression_r2={r2:.4f} generic_over_fast={g:.3f}")
+    print(f"RESULT getitem_before_first_step={reads} hf_resume_identical={hf} "
+          f"stream_resume_identical={str(stream).lower()} regression_r2={r2} generic_over_fast={g:.3f}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,10 @@ this rule was extended from "both settings" to all three as it stands (one polic
 bench, not one per setting; decided before any policy was run in `short`), so the chosen policy,
 and with it the best_* figures of `tiny` and `few`, may differ from the two-setting run's.
 
-    python bench/bn_drift.py [--design-seeds 0-2] [--fresh-seeds 10-14] [--work DIR]
+    python bench/bn_drift.py [--design-seeds 0-2] [--fresh-seeds 10-14] [--work DIR] [--quick]
+
+`--quick` (a check that the bench runs, not a figure): 400 pre-training samples, widths 8,8,8, one
+epoch, seeds 0 and 10, three policies (train, recompute, domain).
 
 Ends with one `RESULT` line: per setting (suffix _tiny, _few, _short) drift_reproduced, naive_eval_train_gap
 (with _ci_low/_ci_high), best_gain_over_naive (with its interval), original_drop (of the best
@@ -55,9 +58,11 @@ policy), domain_gain_over_naive, domain_original_drop; and best_policy, design_s
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -159,9 +164,17 @@ def main() -> int:
                     "the chosen policy (recompute) against naive from these fresh seeds on, one seed more per look "
                     "until the gain's sequential interval is wholly above 0.03 (PASS) or below it (FAIL)")
     ap.add_argument("--max-seeds", type=int, default=20, help="with --decide: at most this many seeds")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, one seed each, three policies: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.num_samples, args.widths, args.pretrain_epochs = 400, "8,8,8", 1
+        args.design_seeds, args.fresh_seeds = "0", "10"
+        for label in ("freeze_stats", "momentum=0.01", "domain+recompute"):
+            del POLICIES[label]
     torch.set_num_threads(args.threads)
     work = Path(args.work or tempfile.mkdtemp(prefix="bn_drift-"))
+    if args.quick and not args.work:
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     model = {"name": "resnet", "kwargs": {"widths": [int(w) for w in args.widths.split(",")]}}
     t0 = time.perf_counter()

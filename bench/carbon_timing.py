@@ -1,6 +1,9 @@
 """Carbon-aware timing: the same run started at once, and timed by a 48-hour grid forecast with a deadline.
 
-    python bench/carbon_timing.py [--out runs/bench-carbon] [--steps 6000] [--deadline 24h]
+    python bench/carbon_timing.py [--out runs/bench-carbon] [--steps 6000] [--deadline 24h] [--quick]
+
+`--quick` (a check that the bench runs, not a figure): 60 steps of 360 s each (the same 6 hours), in
+a temporary folder.
 
 Both runs are `ecotrain fit recipes/mnist1d_cnn.yaml --carbon-forecast OUT/forecast.json` (an
 ElectricityMaps-shaped forecast written by this bench: 48 hourly values of a grid with a midday solar dip
@@ -23,6 +26,7 @@ pauses=N g_per_kwh_now=... g_per_kwh_timed=... hours_needed=... deadline_hours=.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
@@ -68,7 +72,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--seconds-per-step", type=float, default=3.6)
     ap.add_argument("--deadline", default="24h")
+    ap.add_argument("--quick", action="store_true", help="60 steps of 360 s, a temporary folder: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.seconds_per_step = 60, args.seconds_per_step * 100
+        args.out = tempfile.mkdtemp(prefix="bench-carbon-")
+        atexit.register(shutil.rmtree, args.out, ignore_errors=True)
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

@@ -5,7 +5,8 @@ alternating: no periodic checkpoints, a synchronous save every N steps, a backgr
 N steps. Cost = extra wall time of the training loop as a fraction of the no-save run (median
 over rounds). Size = bytes on disk of one checkpoint / raw bytes of the tensors it holds.
 
-    python bench/checkpoint.py [--steps 400] [--every 50] [--rounds 3]
+    python bench/checkpoint.py [--steps 400] [--every 50] [--rounds 3] [--quick]
+`--quick` (a check that the bench runs, not a figure): 20 steps, a save every 10, one round.
 Ends with `RESULT size_ratio=<f> sync_cost=<f> background_cost=<f>`.
 """
 
@@ -51,12 +52,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="20 steps, one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.every, args.rounds = 20, 10, 1
     torch.set_num_threads(1)
     sync_costs, bg_costs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        run(50, None, False, tmp / "warm")
+        if not args.quick:
+            run(50, None, False, tmp / "warm")
         for r in range(args.rounds):
             base = run(args.steps, None, False, tmp / f"base{r}")
             sync = run(args.steps, args.every, False, tmp / f"sync{r}")

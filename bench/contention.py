@@ -1,6 +1,9 @@
 """The demo CNN on a busy machine: ecotrain's thread choice against torch's default, side by side.
 
-    python bench/contention.py [--steps 600] [--rounds 3] [--hand-seconds 45]
+    python bench/contention.py [--steps 600] [--rounds 3] [--hand-seconds 45] [--quick]
+
+`--quick` (a check that the bench runs, not a figure): 20 steps, one round, no busy process, the
+cgroup quota only.
 
 The demo recipe (`make demo`: recipes/mnist1d_cnn.yaml, the MNIST-1D ConvBase CNN, batch 100,
 AdamW), `--steps` steps, in rounds; each round runs every configuration once, in a rotated order,
@@ -116,18 +119,18 @@ def hand_fit(steps: int, seconds: float) -> dict:
     return {"rate": float(rate), "threads": int(threads)}
 
 
-def quota_check(tmp: Path) -> bool:
+def quota_check(tmp: Path, steps: int = 50, taskset: bool = True) -> bool:
     """The threads ecotrain picks under a simulated one-CPU quota and under `taskset -c 0`: one."""
     cg = tmp / "cgroup"
     cg.mkdir(exist_ok=True)
     (cg / "cpu.max").write_text("100000 100000\n")
     ok = True
     for label, prefix, env in [("cgroup quota 1 CPU", (), {"ECOTRAIN_CGROUP_ROOT": str(cg)}),
-                               ("taskset -c 0", ("taskset", "-c", "0") if shutil.which("taskset") else None, {})]:
+                               ("taskset -c 0", ("taskset", "-c", "0") if shutil.which("taskset") else None, {})][:1 + taskset]:
         if prefix is None:
             print(f"quota: {label}: taskset not installed, skipped")
             continue
-        t = ecotrain_fit(tmp / f"quota-{len(prefix)}", 50, prefix, **env)["threads"]
+        t = ecotrain_fit(tmp / f"quota-{len(prefix)}", steps, prefix, **env)["threads"]
         good = t["threads"] == t["cores"] == 1
         ok &= good
         print(f"quota: {label}: threads {t['threads']}, usable cores {t['cores']} ({t['why']}): "
@@ -142,7 +145,10 @@ def main() -> None:
     p.add_argument("--hand-seconds", type=float, default=45.0)
     p.add_argument("--busy", type=int, default=2, help="CPU-bound processes in the loaded configurations")
     p.add_argument("--hand-loop", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="20 steps, one round, no load: checks the bench runs")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.rounds, args.hand_seconds, args.busy = 20, 1, 1.0, 0
     if args.hand_loop:
         return hand_loop(args.steps, args.hand_seconds)
 
@@ -168,7 +174,7 @@ def main() -> None:
         vs_quiet = statistics.median(a / b for a, b in zip(rates["ecotrain_loaded"], rates["ecotrain_quiet"]))
         for name in names:
             print(f"median {name:22s} {statistics.median(rates[name]):7.1f} steps/s")
-        ok = quota_check(tmp)
+        ok = quota_check(tmp, min(50, args.steps), taskset=not args.quick)
     print(f"RESULT ratio_vs_torch_default={vs_torch:.2f} ratio_vs_quiet={vs_quiet:.2f} "
           f"quota_threads_ok={'true' if ok else 'false'}")
 

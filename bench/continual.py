@@ -15,6 +15,7 @@ the mean and 95% interval over those seeds.
     .venv/bin/python bench/continual.py                 # 20 epochs per task (~25 CPU-minutes)
     .venv/bin/python bench/continual.py --workers 2     # runs in parallel processes
     .venv/bin/python bench/continual.py --only naive replay
+    .venv/bin/python bench/continual.py --quick         # naive and replay, 1 epoch, 1,250 samples, seeds 0 and 10
 
 Ends with `RESULT selected_on=val design_seeds=.. fresh_seeds=.. best=<strategy> best_acc=<mean>
 best_acc_ci=<half-width> best_forgetting=<mean> joint_acc=<mean> naive_acc=<mean> x_joint=<mean ratio>`.
@@ -168,7 +169,11 @@ def main() -> None:
     ap.add_argument("--fresh-seeds", default="10-12", help="seeds the test figures are reported on")
     ap.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes")
     ap.add_argument("--out", help="write the accuracy matrices here (JSON)")
+    ap.add_argument("--quick", action="store_true", help="tiny: checks the bench runs, not a figure")
     args = ap.parse_args()
+    if args.quick:
+        args.only, args.epochs, args.joint_epochs, args.num_samples = ["naive", "replay"], 1, 1, 1250
+        args.design_seeds, args.fresh_seeds = "0", "10"
 
     import logging
 

@@ -12,7 +12,8 @@ Throughput is training steps per second of the loop (summary.json's train_second
 side, worker start-up included on both sides). No run reaches an epoch end, so no evaluation is
 timed. Rounds alternate the contenders; each figure is the median of per-round ratios.
 
-    python bench/dataloading.py [--rounds 3] [--steps 120]
+    python bench/dataloading.py [--rounds 3] [--steps 120] [--quick]
+`--quick` (a check that the bench runs, not a figure): 10 steps, one round, 20 streamed steps.
 Ends with `RESULT ratio_workers=<f> speedup_workers=<f> stream_ratio=<f>`.
 """
 
@@ -113,7 +114,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--quick", action="store_true", help="10 steps, one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.steps = 1, 10
+    stream_steps = 20 if args.quick else 200
     torch.set_num_threads(1)
     work = calibrate()
     n = BATCH * args.steps + 64
@@ -135,9 +140,9 @@ def main() -> None:
         write_shards(Path(d), x, y)
         split = {"val_split": 0.1, "test_split": 0.2, "batch_size": 64}
         for r in range(args.rounds):
-            mem = ecotrain_rate(_cfg(200, 0, **split), small_mlp(4, 256), {"train": (x[:14400], y[:14400]),
-                                                                             "val": (x[14400:16000], y[14400:16000])})
-            shard = ecotrain_rate(_cfg(200, 0, name=f"parquet:{d}", **split), small_mlp(4, 256))
+            mem = ecotrain_rate(_cfg(stream_steps, 0, **split), small_mlp(4, 256),
+                                {"train": (x[:14400], y[:14400]), "val": (x[14400:16000], y[14400:16000])})
+            shard = ecotrain_rate(_cfg(stream_steps, 0, name=f"parquet:{d}", **split), small_mlp(4, 256))
             stream.append(shard / mem)
             print(f"round {r}: in memory {mem:.1f} steps/s, parquet shards {shard:.1f}")
     print(f"item cost {work} FFT rounds (~1 ms); medians over {args.rounds} rounds")

@@ -21,6 +21,11 @@ module score.
    `--mutants` runs it first).
 
     python bench/decisive.py [--only green search continual bn] [--max-seeds 40] [--out runs/bench-decisive]
+    python bench/decisive.py --quick   # a check that it runs: continual and bn tiny, 3 seeds, a temporary OUT
+
+`--quick` trains no recipe as shipped: green and search (the CLI's own --until-decided, tested in
+tests/integration) read `skipped`; continual runs 1 epoch per task on 1,250 samples and bn
+`bench/bn_drift.py --quick`, each over the first 3 seeds (their verdicts say nothing).
 
 The cap is 40 seeds, not the CLI's default 20: the sequential interval spends alpha 0.05/(k(k+1)) at look k, a
 sum that stays under 0.05 however many looks follow, so a later cap keeps the error rate (docs/evaluation.md).
@@ -34,8 +39,10 @@ answer, its seeds, looks, forecast and interval.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +71,7 @@ def green(out: Path, max_seeds: int) -> dict:
     return {**d, "line": next((ln for ln in r.stdout.splitlines() if ln.startswith("test_accuracy:")), "")}
 
 
+QUICK = False  # --quick: continual and bn tiny (see the docstring)
 SEARCH_OVERRIDES: list[str] = []  # --search-override: e.g. a default that changed since OUT's runs finished
 
 
@@ -83,15 +91,17 @@ def continual(out: Path, max_seeds: int) -> dict:
     from ecotrain.decide import until_decided_values
 
     work = Path(tempfile.mkdtemp(prefix="decisive-continual-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the tasks' data and runs; the answers are in OUT
     data = work / "data"
-    write_tasks(data, num_samples=6250, tasks=bench_continual.TASKS, seed=0)
+    write_tasks(data, num_samples=1250 if QUICK else 6250, tasks=bench_continual.TASKS, seed=0)
+    epochs = 1 if QUICK else 20
     cache = out / "continual-seeds.json"  # per seed, once: an interrupted bench keeps what it had
     done = json.loads(cache.read_text()) if cache.exists() else {}
 
     def shortfall(seed: int) -> float:
         if str(seed) not in done:
-            best = bench_continual.run_strategy(("replay+lwf-old", str(data), str(work), 20, seed, "test"))
-            joint = bench_continual.run_joint((data, work, 20, seed))
+            best = bench_continual.run_strategy(("replay+lwf-old", str(data), str(work), epochs, seed, "test"))
+            joint = bench_continual.run_joint((data, work, epochs, seed))
             b, j = bench_continual.scores(best["acc"])[0], bench_continual.scores(joint["acc"])[0]
             done[str(seed)] = {"best": b, "joint": j}
             cache.write_text(json.dumps(done, indent=1))
@@ -105,7 +115,8 @@ def continual(out: Path, max_seeds: int) -> dict:
 
 def bn(out: Path, max_seeds: int) -> dict:
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "bn_drift.py"), "--decide", "60-62", "--max-seeds",
-                        str(max_seeds), "--work", str(out / "bn")], cwd=ROOT, env=ENV, capture_output=True, text=True)
+                        str(max_seeds), "--work", str(out / "bn"), *(["--quick"] if QUICK else [])],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         sys.exit(f"bench/decisive.py: bench/bn_drift.py --decide failed:\n{r.stderr[-3000:]}")
@@ -133,10 +144,17 @@ def main() -> None:
     ap.add_argument("--search-override", action="append", default=[], metavar="KEY=VALUE",
                     help="an override of the search's runs: to go on with OUT's finished runs after a default "
                          "changed (`ecotrain` refuses to read a finished run as another config)")
+    ap.add_argument("--quick", action="store_true", help="continual and bn tiny, 3 seeds: checks the bench runs")
     args = ap.parse_args()
     SEARCH_OVERRIDES.extend(args.search_override)
+    if args.quick:
+        global QUICK
+        QUICK, args.max_seeds, args.out = True, 3, Path(tempfile.mkdtemp(prefix="bench-decisive-"))
+        atexit.register(shutil.rmtree, args.out, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     only = args.only or ["green", "search", "continual", "bn"]
+    if args.quick:
+        only = [n for n in only if n in ("continual", "bn")]
     found, t0 = {}, time.perf_counter()
     for name, fn in (("green", green), ("search", search), ("continual", continual), ("bn", bn)):
         if name in only:
@@ -148,7 +166,8 @@ def main() -> None:
     earlier = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**earlier, **found}, indent=1))
     print(f"wall: {time.perf_counter() - t0:.0f} s")
-    said = " ".join(f"{n}_verdict={found[n]['verdict']}" for n in ("green", "search", "continual", "bn") if n in found)
+    said = " ".join(f"{n}_verdict={found[n]['verdict'] if n in found else 'skipped'}"
+                    for n in ("green", "search", "continual", "bn") if n in found or args.quick)
     seeds = " ".join(f"{n}_seeds={len(found[n].get('seeds') or [])}" for n in found)
     print(f"RESULT {said} mutation_min={mutation_min(args.mutants)} {seeds}")
 

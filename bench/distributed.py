@@ -13,10 +13,11 @@
    fused one; `ratio_ddp_same_kernel` gives the hand-written loop the fused kernel too, so it
    shows the loop's own per-step cost.
 
-    python bench/distributed.py [--steps 600] [--ddp-steps 1500] [--rounds 5] [--only-ddp-handwritten]
+    python bench/distributed.py [--steps 600] [--ddp-steps 1500] [--rounds 5] [--only-ddp-handwritten] [--quick]
 Ends with `RESULT loop_ratio_ddp=<2-rank/1-process loop time> loop_ratio_fsdp=<...> wall_1=<s> wall_ddp=<s>
 wall_fsdp=<s> ratio_ddp_handwritten=<ecotrain/hand-written steps/s> ratio_ddp_same_kernel=<...>`
-(`--only-ddp-handwritten`: the last two keys only).
+(`--only-ddp-handwritten`: the last two keys only). `--quick` (a check that the bench runs, not a
+figure): 10 steps everywhere, one round.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def worker(steps: int, rounds: int, out: Path) -> None:
         shared = Path(d) if td.get_rank() == 0 else None
         paths = [shared]
         td.broadcast_object_list(paths, src=0)  # one run folder per round, the same on every rank
-        _ecotrain(100, 0, paths[0] / "warm"), _handwritten(100, 0)  # warm-up: imports, allocator, threads
+        warm = min(100, steps)
+        _ecotrain(warm, 0, paths[0] / "warm"), _handwritten(warm, 0)  # warm-up: imports, allocator, threads
         rows = []
         for r in range(rounds):
             e = _ecotrain(steps, r, paths[0] / f"round-{r}")
@@ -167,7 +169,10 @@ def main() -> None:
     ap.add_argument("--only-ddp-handwritten", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="10 steps, one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.ddp_steps, args.rounds = 10, 10, 1
     if args.worker:
         return worker(args.ddp_steps, args.rounds, args.out)
     result = ""

@@ -1,6 +1,6 @@
 """The green recipe against the baseline, under the evaluation protocol (docs/evaluation.md).
 
-    python bench/green.py [--design-seeds 0-2] [--fresh-seeds 10-14] [--out runs/bench-green] [--fresh]
+    python bench/green.py [--design-seeds 0-2] [--fresh-seeds 10-14] [--out runs/bench-green] [--fresh] [--quick]
 
 1. Design, on validation data only: the baseline (`recipes/mnist1d_cnn.yaml` as shipped) and each
    candidate (overrides of the baseline: fewer samples seen, smaller batches) on the design seeds.
@@ -22,14 +22,18 @@ drop's whole 95% interval is within 0.01 (INCONCLUSIVE when it straddles it).
 
 Ends with `RESULT design_seeds=... fresh_seeds=... selected_on=val selected="..." acc_baseline=<mean>
 acc_green=<mean> acc_drop_mean=<f> acc_drop_ci_low=<f> acc_drop_ci_high=<f> flops_ratio=<f> cpu_ratio=<f>
-verdict=PASS|FAIL interval_verdict=PASS|FAIL|INCONCLUSIVE`.
+verdict=PASS|FAIL interval_verdict=PASS|FAIL|INCONCLUSIVE`. `--quick` (a check that the bench runs, not
+a figure): the first candidate only, every schedule at 1/200 of its steps, design seed 0, fresh seeds
+10-11, a temporary folder, exit 0 whatever the verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,7 +61,19 @@ def ecotrain(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True)
 
 
+QUICK_SCALE = 200  # --quick: every schedule's steps / this
+QUICK = False
+
+
+def quick_steps(overrides: list[str]) -> list[str]:
+    """`overrides` with their loop.max_steps cut by QUICK_SCALE (the baseline's 6000 when none)."""
+    steps = next((int(o.split("=")[1]) for o in overrides if o.startswith("loop.max_steps=")), 6000)
+    return [*(o for o in overrides if not o.startswith("loop.max_steps=")), f"loop.max_steps={steps // QUICK_SCALE}"]
+
+
 def train_group(recipe: Path, prefix: Path, seeds: str, fresh: bool, extra: list[str] = (), show_test: bool = True) -> Path:
+    if QUICK:
+        extra = quick_steps(list(extra))
     flag = ["--overwrite"] if fresh else ["--resume", "auto"]
     print("$ ecotrain fit " + " ".join([str(recipe.relative_to(ROOT)), *extra, "--seeds", seeds, "--run-dir",
                                         str(prefix), *flag, "--quiet"]), flush=True)
@@ -107,7 +123,14 @@ def main() -> int:
     ap.add_argument("--fresh-seeds", default="10-14")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-green"))
     ap.add_argument("--fresh", action="store_true", help="retrain every seed, even finished ones in --out")
+    ap.add_argument("--quick", action="store_true", help="1 candidate, 1/200 of the steps: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        global QUICK
+        QUICK = True
+        del CANDIDATES[1:]
+        args.design_seeds, args.fresh_seeds, args.out = "0", "10-11", tempfile.mkdtemp(prefix="bench-green-")
+        atexit.register(shutil.rmtree, args.out, ignore_errors=True)
     if set(parse_seeds(args.design_seeds)) & set(parse_seeds(args.fresh_seeds)):
         sys.exit("bench/green.py: --fresh-seeds must be disjoint from --design-seeds (docs/evaluation.md)")
     out = Path(args.out).resolve()
@@ -133,7 +156,7 @@ def main() -> int:
           f"selected=\"{chosen}\" acc_baseline={mean(b, 'test'):.4f} acc_green={mean(g, 'test'):.4f} "
           f"acc_drop_mean={drop.mean:.4f} acc_drop_ci_low={drop.low:.4f} acc_drop_ci_high={drop.high:.4f} "
           f"flops_ratio={flops_ratio:.3f} cpu_ratio={cpu_ratio:.3f} verdict={verdict} interval_verdict={interval}")
-    return 0 if verdict == "PASS" else 1
+    return 0 if verdict == "PASS" or args.quick else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """`ecotrain green` on the demo recipe: the recipe it finds, confirmed on fresh seeds, what the search cost,
 and whether a search killed mid-trial and resumed gives the same trials and the same choice.
 
-    python bench/green_search.py [--out runs/bench-green-search] [--trials 12] [--fresh]
+    python bench/green_search.py [--out runs/bench-green-search] [--trials 12] [--fresh] [--quick]
+
+`--quick` (a check that the bench runs, not a figure): the recipe at 60 steps, 3 trials, tolerance
+0.5 (a trial is kept), two fresh seeds (20-21), in a temporary folder.
 
 1. `ecotrain green recipes/mnist1d_cnn.yaml ledger.energy=off --tolerance 0.01 --levers schedule,batch
    --seeds-confirm 20-24 --out OUT/A`: the search on design seed 0, the check of the cheapest feasible
@@ -29,6 +32,7 @@ resumed_identical=true|false selected="..." design_seeds=0 fresh_seeds=10-14 sel
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -43,8 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/mnist1d_cnn.yaml"
 
 
+QUICK: list[str] = []  # --quick: overrides that shorten the recipe (and a tolerance any trial meets)
+
+
 def command(out: Path, trials: int, confirm: str = "0") -> list[str]:
-    return [sys.executable, "-m", "ecotrain", "green", RECIPE, "ledger.energy=off", "--tolerance", "0.01",
+    return [sys.executable, "-m", "ecotrain", "green", RECIPE, "ledger.energy=off", *QUICK[:-1],
+            "--tolerance", QUICK[-1] if QUICK else "0.01",
             "--levers", "schedule,batch", "--trials", str(trials), "--seeds-confirm", confirm, "--out", str(out)]
 
 
@@ -90,7 +98,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--fresh-seeds", default="20-24", help="the confirmation's seeds (default 20-24: see the docstring)")
     ap.add_argument("--fresh", action="store_true", help="delete OUT first")
+    ap.add_argument("--quick", action="store_true", help="60 steps, 3 trials, 2 seeds: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        QUICK.extend(["loop.max_steps=60", "loop.log_every=5", "loop.eval_every=20", "0.5"])
+        args.trials, args.fresh_seeds, args.out = 3, "20-21", tempfile.mkdtemp(prefix="bench-green-search-")
+        atexit.register(shutil.rmtree, args.out, ignore_errors=True)
     out = Path(args.out).resolve()
     if args.fresh and out.exists():
         shutil.rmtree(out)

@@ -19,6 +19,8 @@ the variable-length stdlib paragraphs.
 
     python bench/memory.py [--layers 6] [--d-model 256] [--batch 8] [--steps 3] [--rounds 2] [--default-rounds 1]
 Ends with `RESULT peak_ratio=<f> time_ratio=<f> peak_ratio_bf16=<f> time_ratio_bf16=<f> padding_cut=<f>`.
+`--quick` (a check that the bench runs, not a figure): 1 layer, d_model 32, batch 1, 1 timed step, one
+round, no default-allocator round.
 """
 
 from __future__ import annotations
@@ -121,7 +123,10 @@ def main() -> None:
     ap.add_argument("--default-rounds", type=int, default=1, help="rounds with glibc's default allocator (shown, not in RESULT)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--release", action="store_true", help="(worker) memory.release_freed=true")
+    ap.add_argument("--quick", action="store_true", help="a tiny model, one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.layers, args.d_model, args.batch, args.steps, args.rounds, args.default_rounds = 1, 32, 1, 1, 1, 0
     if args.worker:
         return worker(args)
     print(f"char transformer: {args.layers} layers, d_model {args.d_model}, T=2048, batch {args.batch}, "
@@ -144,8 +149,10 @@ def main() -> None:
             print(f"round {r}, {alloc} allocator: " + "; ".join(
                 f"{n} {v['peak_mb']:.0f} MB peak RSS, {v['step_s']:.2f} s/step ({v['cpu_s']:.2f} CPU-s)" for n, v in res.items()),
                 file=sys.stderr)
-    med = {alloc: {k: statistics.median(v) for k, v in rat.items()} for alloc, rat in ratios.items()}
+    med = {alloc: {k: statistics.median(v) for k, v in rat.items()} for alloc, rat in ratios.items() if rat["peak"]}
     for alloc, label in (("default", "glibc's default allocator"), ("release", "memory.release_freed on every side")):
+        if alloc not in med:  # --default-rounds 0
+            continue
         m = med[alloc]
         print(f"{label}: activation checkpointing (every block) peak RSS {m['peak']:.2f}x, step time {m['time']:.2f}x "
               f"the full run; with bf16 autocast {m['peak_bf16']:.2f}x, {m['time_bf16']:.2f}x "

@@ -27,6 +27,7 @@ figures are medians over rounds.
 - `ledger_cost`: the share of steps/s the cost ledger takes per step (its first-step FLOP count
   included; CodeCarbon's start is start-up, measured by bench/startup.py).
 Ends with `RESULT ratio=... ratio_same_kernel=... ratio_dataloader=... ema_on_over_off=... ledger_cost=...`.
+`--quick` (a check that the bench runs, not a figure): 20 steps, one round, no warm-up.
 """
 
 from __future__ import annotations
@@ -160,9 +161,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="20 steps, one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.rounds = 20, 1
     torch.set_num_threads(1)  # a tiny model: threads add noise, not speed
-    side_by_side(200, 0, HandWritten(0))  # warm-up
+    if not args.quick:
+        side_by_side(200, 0, HandWritten(0))  # warm-up
     ratios, same, loader, ema, ledger_cost = [], [], [], [], []
     for r in range(args.rounds):
         e = side_by_side(args.steps, r, HandWritten(r))  # defaults (fused AdamW) vs default AdamW

@@ -19,7 +19,10 @@ kill phase, which starts after the uninterrupted reference run; the run in hand 
 `--racers 2` starts two resumers together each cycle: one works, the other must say in one line that
 the folder is busy (exit 2), or find the run finished, or take the folder over once the first ended.
 
-    python bench/soak.py [--minutes 5] [--steps 3000] [--every 5] [--seed 0] [--racers 1]
+    python bench/soak.py [--minutes 5] [--steps 3000] [--every 5] [--seed 0] [--racers 1] [--quick]
+
+`--quick` (a check that the bench runs, not a figure): 60 steps, a kill phase of 3 s (one kill, then the
+run finishes), the work folder removed at the end.
 Ends with `RESULT cycles=<n> identical=<true|false> kills_in_save=<n> invalid_latest=<n> runs=<n> stale_tmp=<n>
 racers=<n> busy_refused=<n> lost=<n>` (stale_tmp: temporary folders of killed saves still in checkpoints/ at
 the end of the runs; lost: racers that failed otherwise, invalid newest checkpoints and failed cycles).
@@ -28,9 +31,11 @@ the end of the runs; lost: racers that failed otherwise, invalid newest checkpoi
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,9 +129,14 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--racers", type=int, default=1, help="commands started together on the run folder each cycle")
+    ap.add_argument("--quick", action="store_true", help="60 steps, one kill: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.minutes = 60, 0.05
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="ecotrain-soak-"))
+    if args.quick:
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     orders = work / "orders.json"
     recipes = {bg: recipe(work, args.steps, args.every, bg, orders) for bg in (False, True)}
 

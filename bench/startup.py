@@ -17,6 +17,7 @@ For scale it also times the same first step written by hand in plain PyTorch (no
 
     python bench/startup.py [--rounds 5] [--user-cache]
 
+`--quick` (a check that the bench runs, not a figure): one round.
 Ends with `RESULT startup_ratio=<f> help_seconds=<f>`. Goals (issue 9): startup_ratio <= 1.5,
 help_seconds < 0.3.
 """
@@ -115,7 +116,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--user-cache", action="store_true", help="use the user's dataset cache, not a temporary one")
+    ap.add_argument("--quick", action="store_true", help="one round: checks the bench runs")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds = 1
 
     work = Path(tempfile.mkdtemp(prefix="ecotrain-startup-"))
     try:

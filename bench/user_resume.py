@@ -4,7 +4,7 @@ resume="auto"; the final checkpoints must be byte-identical (tensors.safetensors
 its history fields). Then the per-step cost of ecotrain's loop against a hand-written one on the
 same kernel (bench/overhead.py's measure), so the fix costs the step nothing.
 
-    python bench/user_resume.py [--quick]
+    python bench/user_resume.py [--quick]   # quick: one loader and one path, a 20-step overhead round
 
 Prints `RESULT dataloader_resume_identical=... checkpoint_bytes_identical=... overhead_ratio_same_kernel=...`.
 """
@@ -57,7 +57,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from overhead import same_kernel_ratio
 
-    ratio = same_kernel_ratio()
+    ratio = same_kernel_ratio(20, 1) if quick else same_kernel_ratio()
     print(f"RESULT dataloader_resume_identical={str(not any(loaders.values())).lower()} "
           f"checkpoint_bytes_identical={str(not any(paths.values())).lower()} overhead_ratio_same_kernel={ratio:.3f}")
 
