@@ -112,6 +112,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
         check_chunked_loss(task, methods)
     net, sharded_init = make_model(cfg, parts.model, bundle, device, methods, dist, opts)
     source, sampler, facts = make_sampler(cfg, bundle, dist, methods)
+    facts["tokens_per_sample"] = tokens_per_sample(bundle, task)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)), factory=parts.optimizer)
     if cfg.memory.optimizer_offload == "on":  # the state out of memory between steps (memory/optim_offload.py)
@@ -127,7 +128,8 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                           "Dataset's __getitem__ instead (it is seeded per item)")
     if opts.init_from is not None:  # the optimizer's state (--keep-optimizer), or an FSDP checkpoint's shards
         resume_mod.init_from(net, opt, sharded_init or Path(opts.init_from), opts.keep_optimizer)
-    cbs, logger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings)
+    cbs, logger = make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings,
+                                 facts["tokens_per_sample"])
     run = Run(state, bundle, source, sampler, cbs, augment, folder, facts=facts, threads=opts.threads,
               memory_plan=memory_plan.record(state.plan.step_batch) if memory_plan else None)
     derived = distributed.micro_batches_for(cfg, dist.world_size)
@@ -169,7 +171,8 @@ def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):
         return parts.task
     if parts.loss_fn is not None:
         return UserTask(parts.loss_fn, parts.metrics, cfg.task.target)
-    task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm", num_classes=None)
+    task = build_task(cfg, bundle.sample, lm=bundle.extra.get("task") == "lm", num_classes=None,
+                      bytes_per_token=bundle.extra.get("bytes_per_token"))
     if parts.metrics:  # metrics beside a built-in task's own
         own = task.metrics
 
@@ -177,6 +180,18 @@ def make_task(cfg: Config, parts: UserParts, bundle: DataBundle):
             return {**own(), **user_metrics(parts.metrics)}
         task.metrics = metrics
     return task
+
+
+def tokens_per_sample(bundle: DataBundle, task) -> Optional[float]:
+    """Tokens a training sample holds, for a language model's figures (tokens/s, FLOPs and cost per
+    token): what the data says (`extra["tokens_per_sample"]`: padded sequences' mean real length),
+    else the length of fixed-length token ids `[T]`; None for other tasks."""
+    if getattr(task, "name", None) != "language_model":
+        return None
+    given = bundle.extra.get("tokens_per_sample")
+    if given is not None:
+        return float(given)
+    return float(bundle.input_shape[0]) if len(bundle.input_shape) == 1 else None
 
 
 def check_methods_fit(methods: Methods, task, bundle: DataBundle, started_from=None) -> None:
@@ -295,7 +310,8 @@ def plan_steps(cfg: Config, steps_per_epoch: int) -> int:
     return min(budgets)
 
 
-def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings=()):
+def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, preemption, wings=(),
+                   tokens_per_sample: Optional[float] = None):
     """The core's callbacks, then each wing's; the order they run in is what they declare (`after`,
     `before`: the Checkpointer after all the others), resolved once by CallbackList."""
     dist = state.dist
@@ -320,7 +336,7 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
         st, cb_list, augment, offset(), bundle.content_hash, copy), preemption)
     cbs.append(checkpointer)
     ctx = WingContext(cfg, state, folder.path, dist.is_main, len(bundle.val) if bundle.val is not None else 0,
-                      checkpointer, preemption)
+                      checkpointer, preemption, tokens_per_sample)
     for wing in wings:  # the ledger, contention watch, carbon timing, trackers (wings.py)
         cbs += wing(ctx)
     cb_list = CallbackList(cbs)

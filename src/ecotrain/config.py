@@ -297,6 +297,8 @@ class LedgerConfig(_Section):
     sample_seconds: float = Field(2.0, gt=0)  # CodeCarbon's power sampling interval (a background thread)
     prices: dict[str, float] = Field(default_factory=dict, description="price per device-hour by device name")
     currency: str = "USD"
+    # dense peak FLOP/s of one device for MFU, where accounting/peaks.py has none (a CPU: a measured matmul peak)
+    peak_flops: Optional[float] = Field(None, gt=0)
 
 
 class BudgetConfig(_Section):

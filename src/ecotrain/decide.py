@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ecotrain.accounting.report import figure, read_ledger, read_summary
+from ecotrain.accounting.report import figure, lower_is_better, read_ledger, read_summary
 from ecotrain.errors import ConfigError
 from ecotrain.rundir import write_json
 from ecotrain.stats import seeds_to_decide, sequential_interval, spread, verdict as verdict_of
@@ -62,7 +62,7 @@ def drops(base: list[str], cand: list[str], metric: str) -> tuple[list[float], l
     """(baseline values, candidate values) ordered so that drop = hi - lo (a loss's rise is its drop)."""
     b, c = ([read_summary(r, {metric: float})[metric] for r in runs]
             for runs in (base, cand))
-    return (b, c) if "loss" not in metric else (c, b)
+    return (c, b) if lower_is_better(metric) else (b, c)
 
 
 def sequential(look_at: Callable[[list[int], int], str], seeds: list[int], max_seeds: int,

@@ -51,6 +51,8 @@ class Summary:
     fp16_skipped_steps: Optional[int] = None  # fp16-mixed only: steps the grad scaler skipped
     padding_ratio: Optional[float] = None  # bucketed sequences: padding tokens / all tokens (epoch 0)
     samples_per_second: Optional[float] = None  # training samples, all ranks, per second of the loop
+    tokens_seen: Optional[float] = None  # a language model: samples trained (all ranks) x tokens per sample
+    tokens_per_second: Optional[float] = None  # tokens_seen per second of the loop (ledger.json `tokens`: per token)
     data_wait_share: Optional[float] = None  # share of the loop's time spent waiting for batches (data/loader.py)
     gpu_peak_memory_bytes: Optional[int] = None  # CUDA only: the allocator's peak, the largest rank's (ledger.json memory)
     # data.on_bad_shard=skip: {"shards": {file: what was wrong}, "samples": left out at start-up, "batch_reads":
@@ -120,6 +122,8 @@ def final_metrics(state, bundle) -> dict:
 def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summary:
     state, cfg, c = run.state, run.state.config, run.state.counters
     secs = state.train_seconds
+    per_sample = run.facts.get("tokens_per_sample")
+    tokens = state.samples_seen * state.dist.world_size * per_sample if per_sample else None
     return Summary(
         name=cfg.name, steps=state.step, epochs=state.epoch, samples_seen=state.samples_seen,
         stopped_because=state.stopped_because or "", train_seconds=round(secs, 4),
@@ -134,6 +138,7 @@ def make_summary(run: Run, metrics: dict, memory: Optional[dict] = None) -> Summ
         fp16_skipped_steps=state.precision.skipped_steps if state.precision.scaler else None,
         padding_ratio=run.facts.get("padding_ratio"),
         samples_per_second=round(state.samples_seen * state.dist.world_size / secs, 2) if secs > 0 else None,
+        tokens_seen=tokens, tokens_per_second=round(tokens / secs, 2) if tokens is not None and secs > 0 else None,
         data_wait_share=round(c.data_wait_seconds / secs, 4) if secs > 0 else None,
         gpu_peak_memory_bytes=(memory or {}).get("gpu_peak_allocated_bytes"),
         data_skipped=data_skipped(run.bundle.extra.get("data_skipped"), c.skipped_samples),

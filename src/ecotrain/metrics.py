@@ -10,6 +10,8 @@ itself under torch.distributed); a plain function `fn(preds, target) -> batch me
 
 from __future__ import annotations
 
+import math
+import weakref
 from typing import Callable
 
 import torch
@@ -135,6 +137,44 @@ class SumOver(SumMetric):
 
     def update(self, preds, target) -> None:
         self.add(*self.fn(preds, target))
+
+
+class TokenLoss:
+    """`fn(preds, target) -> (loss sum, tokens)` computed once per batch for every figure that reads
+    it (perplexity, bits per byte...): `loop.evaluate` updates each metric with the same two tensors,
+    so one cross-entropy serves them all. Held by weak reference: no batch's logits outlive it."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._seen: tuple = (None, None)
+        self._sums = None
+
+    def __call__(self, preds, target):
+        p, t = self._seen
+        if p is None or p() is not preds or t() is not target:
+            self._sums = self.fn(preds, target)
+            self._seen = (weakref.ref(preds), weakref.ref(target))
+        return self._sums
+
+
+class MeanTokenLoss(SumMetric):
+    """A figure of the split's mean loss per token, `of(loss sum / tokens)`, its sums from a shared
+    `TokenLoss`: perplexity (of bits: 2 ** b), bits per byte (b / bytes per token)."""
+
+    def __init__(self, loss: TokenLoss, of: Callable[[float], float]):
+        super().__init__()
+        self.loss, self.of = loss, of
+
+    def update(self, preds, target) -> None:
+        self.add(*self.loss(preds, target))
+
+    def value(self, sums) -> float:
+        return self.of(float(sums[0] / sums[1])) if float(sums[1]) else float("nan")
+
+
+def perplexity_of_bits(bits: float) -> float:
+    """exp of the mean token loss in nats, from bits per token; inf past a float's range (a diverged run)."""
+    return 2.0 ** bits if bits < 1000 else math.inf
 
 
 class BatchMean(SumMetric):

@@ -310,12 +310,27 @@ def _nats(out, y):
 
 
 class LanguageModelTask(SequenceTask):
-    """Next-token prediction: a SequenceTask whose metrics add bits per character."""
+    """Next-token prediction: a SequenceTask whose metrics add, from one cross-entropy per batch,
+    bits per token (`bits_per_char`: byte-level data's name), perplexity (exp of the mean token loss,
+    = exp(val_loss)) and, when the data says its bytes per token, bits per byte (bits per token x
+    tokens per byte: comparable across tokenizers)."""
 
     name = "language_model"
 
+    def __init__(self, target=None, bytes_per_token: Optional[float] = None):
+        super().__init__(target)
+        if bytes_per_token is not None and not bytes_per_token > 0:
+            raise ConfigError(f"task: bytes_per_token must be above 0 (got {bytes_per_token!r})")
+        self.bytes_per_token = bytes_per_token
+
     def metrics(self) -> dict:
-        return {"accuracy": M.Accuracy(), "bits_per_char": M.SumOver(_nats)}
+        bits = M.TokenLoss(_nats)  # (bits, tokens) per batch, shared by the figures below
+        out = {"accuracy": M.Accuracy(), "bits_per_char": M.MeanTokenLoss(bits, float),
+               "perplexity": M.MeanTokenLoss(bits, M.perplexity_of_bits)}
+        if self.bytes_per_token:
+            per_byte = 1.0 / self.bytes_per_token
+            out["bits_per_byte"] = M.MeanTokenLoss(bits, lambda b: b * per_byte)
+        return out
 
 
 class ModelLossTask:
@@ -445,10 +460,11 @@ TASKS = {"classification": ClassificationTask, "multilabel": MultiLabelTask, "re
          "sequence": SequenceTask, "language_model": LanguageModelTask, "model_loss": ModelLossTask}
 
 
-def build_task(cfg, sample=None, lm: bool = False, num_classes: Optional[int] = None):
+def build_task(cfg, sample=None, lm: bool = False, num_classes: Optional[int] = None,
+               bytes_per_token: Optional[float] = None):
     """The task `cfg.task` names; `auto` reads it off one batch (`sample`): a dict batch is a model
     that returns its loss, a float target is regression, a [b, T] integer target is sequence
-    labelling, else classification."""
+    labelling, else classification. `lm`, `bytes_per_token`: what the data says of itself."""
     t = cfg.task
     name = t.name
     if name == "auto":
@@ -461,6 +477,8 @@ def build_task(cfg, sample=None, lm: bool = False, num_classes: Optional[int] = 
         return RegressionTask(t.loss, t.target)
     if name == "model_loss":
         return ModelLossTask()
+    if name == "language_model":
+        return LanguageModelTask(t.target, bytes_per_token)
     return TASKS[name](target=t.target)
 
 

@@ -479,7 +479,7 @@ def test_language_model_metrics_are_accuracy_and_bits_per_char_over_real_tokens(
     out = model(x).float()
     keep = y != -100
     nats = torch.nn.functional.cross_entropy(out[keep], y[keep], reduction="sum")
-    assert set(got) == {"val_loss", "val_accuracy", "val_bits_per_char"}
+    assert set(got) == {"val_loss", "val_accuracy", "val_bits_per_char", "val_perplexity"}
     assert got["val_bits_per_char"] == pytest.approx(float(nats) / math.log(2) / int(keep.sum()), rel=1e-6)
     assert got["val_accuracy"] == pytest.approx(float((out.argmax(-1)[keep] == y[keep]).float().mean()), rel=1e-6)
 

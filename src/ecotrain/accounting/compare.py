@@ -4,7 +4,8 @@ Each side is one run folder or a seed group (several). The table shows each figu
 side's runs with its 95% t-interval (`ecotrain.stats`, the one implementation; docs/evaluation.md is
 the protocol). Two criteria:
 
-- the metric: its drop (baseline - candidate; for a `*loss*` metric the rise) is at most
+- the metric: its drop (baseline - candidate; for a metric where lower is better, a loss or a
+  perplexity, the rise: `report.lower_is_better`) is at most
   `max_accuracy_drop`. With two or more runs per side the drop's 95% interval decides
   (`stats.diff_ci`: paired by seed when both sides ran the same seeds, else Welch; `stats.verdict`):
   PASS when the whole interval is within the allowance, FAIL when it is wholly beyond it,
@@ -29,8 +30,8 @@ from typing import Optional, Sequence
 
 import yaml
 
-from ecotrain.accounting.report import (contended, FIGURES, figure, missing_reason, num, read_ledger, read_summary,
-                                       table)
+from ecotrain.accounting.report import (contended, FIGURES, figure, lower_is_better, missing_reason, num, read_ledger,
+                                       read_summary, table)
 from ecotrain.errors import ConfigError
 from ecotrain.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
                             verdict)
@@ -211,7 +212,7 @@ def _metric_criterion(sides: dict, metric: str, allowed: float, paired: bool,
                       look: Optional[int] = None) -> tuple[str, str]:
     b = [s[metric] for s, _ in sides["baseline"]]
     c = [s[metric] for s, _ in sides["candidate"]]
-    hi, lo = (b, c) if "loss" not in metric else (c, b)  # drop = hi - lo
+    hi, lo = (c, b) if lower_is_better(metric) else (b, c)  # drop = hi - lo
     head = f"{metric}: {_mean(b):.4f} -> {_mean(c):.4f}, drop "
     if len(b) < 2 or len(c) < 2:
         drop = _mean(hi) - _mean(lo)

@@ -2,7 +2,11 @@
 
 The count covers the ops PyTorch's counter knows (matmuls, convolutions, attention), forward and
 backward; elementwise ops, norms and the optimizer step are not counted, as in every FLOPs
-convention. The forward share is read by a forward pre-/post-hook pair on the model, so evaluation
+convention. PyTorch counts its CUDA attention kernels but not the CPU one that
+`F.scaled_dot_product_attention` runs (`_scaled_dot_product_flash_attention_for_cpu`): a CPU
+transformer's attention counted 0. This module registers that kernel's formula with the public
+`register_flop_formula`, the same matmuls PyTorch counts for the CUDA kernels (GQA: per query head),
+so every FlopCounterMode in the process (the ledger's, the methods') counts CPU attention too. The forward share is read by a forward pre-/post-hook pair on the model, so evaluation
 (a forward pass per sample) is accounted from the same measured step. The hooks and the counter live
 for that one step only.
 """
@@ -13,7 +17,33 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+
+
+def attention_flops(q: tuple, k: tuple, v: tuple, backward: bool = False) -> int:
+    """Matmul FLOPs of attention on shapes `[b, heads, s, d]`: forward Q K^T and P V; backward, as
+    PyTorch counts its CUDA kernels, the scores recomputed and the gradients of P, V, Q and K."""
+    b, h, s_q, d = q
+    s_k, d_v = k[2], v[3]
+    per = 2 * b * h * s_q * s_k
+    return per * (3 * d + 2 * d_v) if backward else per * (d + d_v)
+
+
+def _register_cpu_attention() -> None:
+    aten = torch.ops.aten
+    if not hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        return
+    try:
+        register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)(
+            lambda query, key, value, *args, out_shape=None, **kwargs: attention_flops(query, key, value))
+        register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)(
+            lambda grad_out, query, key, value, *args, out_shape=None, **kwargs:
+            attention_flops(query, key, value, backward=True))
+    except RuntimeError:  # "duplicate registrations": a later PyTorch counts the CPU kernel itself
+        pass
+
+
+_register_cpu_attention()
 
 
 @dataclass

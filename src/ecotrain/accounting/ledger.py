@@ -24,12 +24,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 from ecotrain.accounting import budget as budget_mod
 from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
 from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, combine_ranks, nvml_gpu_ids
 from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
+from ecotrain.accounting.peaks import matmul_precision, mfu
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.accounting.report import write_ledger
+from ecotrain.accounting.tokens import interval_rate, tokens_section
 from ecotrain.callbacks.base import Callback
 from ecotrain.device import current_index
 from ecotrain.errors import ConfigError
@@ -53,8 +57,10 @@ class Ledger(Callback):
     before = ("MetricsLogger", "ProgressBar", "ProgressLog")  # it adds cost fields to their records
 
     def __init__(self, cfg, budget, eval_samples: int = 0, contention: Optional[ContentionWatch] = None,
-                 write_to: Optional[Path] = None):
+                 write_to: Optional[Path] = None, tokens_per_sample: Optional[float] = None):
         self.cfg, self.eval_samples, self.contention = cfg, eval_samples, contention
+        self.tokens_per_sample = tokens_per_sample  # a language model's data: ledger.json `tokens`, log `tokens`
+        self._log_tokens = (0.0, 0.0)  # (tokens, clock) at the last log: tokens per second over the interval
         self.write_to = write_to  # the run folder, where ledger.json goes (rank 0's ledger only)
         self.limits = {k: v for k, v in budget.model_dump().items() if v is not None}
         self.prior = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "energy_kwh": 0.0, "energy_missing": None,
@@ -107,11 +113,18 @@ class Ledger(Callback):
             gpu_ids = nvml_gpu_ids(state.device, os.environ.get("CUDA_VISIBLE_DEVICES"), current_index(state.device))
             self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
             self.meter.start()
-        self._measure, self._state = True, state
+        self._state = state
+        # a resumed run counts at the rate its last segment measured: measuring its first step again would
+        # run that step, unlike the uninterrupted run's, under the counter's module hooks, whose autograd
+        # ordering changes the gradients' rounding (a Llama's), and the resume would no longer be exact
+        self._measure = self.prior_step is None
+        if self.prior_step is not None:
+            self.step_flops, self.measured_step = self.prior_step
         self._piece0, self._passes0 = state.samples_seen, self.eval_passes
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
             self._next_clock = state.step + _CLOCK_EVERY
         self._t0, self._c0 = time.perf_counter(), cpu_seconds()
+        self._log_tokens = (self._tokens(state), self._t0)
 
     # -- what methods tell it (state.flops_changed / state.add_flops: TrainState.cost_listeners) --
     def flops_changed(self) -> None:
@@ -172,6 +185,14 @@ class Ledger(Callback):
             self._measured(state)
         spend = self.spend(state)
         record["flops"] = spend["flops"]
+        if self.tokens_per_sample:
+            now, (then, t_then) = time.perf_counter(), self._log_tokens
+            record["tokens"] = self._tokens(state)
+            rate = interval_rate(record["tokens"], then, now - t_then)
+            self._log_tokens = (record["tokens"], now)
+            if rate is not None:
+                record["tokens_per_second"] = rate
+                state.progress_fields["tok/s"] = f"{rate:,.0f}"
         if spend["energy_kwh"] is not None:
             record["energy_kwh"] = spend["energy_kwh"]
             fields = {"kWh": f"{spend['energy_kwh']:.2g}"}
@@ -202,6 +223,9 @@ class Ledger(Callback):
             state.stop(f"budget:{name}")
 
     # -- the figures ---------------------------------------------------------------------------
+    def _tokens(self, state) -> float:
+        return state.samples_seen * self.world * (self.tokens_per_sample or 0.0)
+
     def _rate(self) -> tuple[Optional[StepFlops], Optional[int]]:
         """The measured step (and its number) the figures are counted at: this segment's, else the last one's."""
         return (self.step_flops, self.measured_step) if self.step_flops else (self.prior_step or (None, None))
@@ -295,7 +319,14 @@ class Ledger(Callback):
                 "missing_reason": None if self.price is not None else
                 f"no price for device '{self.device_name}': set ledger.prices"}
         stopped = state.stopped_because or ""
+        devices = self.world * (self.device_count if self.device_name != "cpu" else 1)  # a CPU's peak is the process's
+        precision = matmul_precision(state.config.precision, torch.backends.cuda.matmul.allow_tf32)
+        lm = {} if not self.tokens_per_sample else {  # a language model's data: its cost per token
+            "tokens": tokens_section(state.samples_seen * self.world, self.tokens_per_sample, f, kwh, co2e["kg"],
+                                     cost["amount"], self.cfg.currency)}
         return {
+            **lm, "mfu": mfu(spend["flops"], spend["wall_seconds"], devices, self.device_name, precision,
+                             self.cfg.peak_flops),
             "schema": SCHEMA, "name": state.config.name, "steps": state.step, "epochs": state.epoch,
             "samples": state.samples_seen, "stopped_because": state.stopped_because,
             "segments": self.prior["segments"] + 1,

@@ -31,6 +31,17 @@ FIGURES = {
 LEDGER_FIELDS = {"energy": dict, "co2e": dict, "cost": dict}  # the sections every reader of ledger.json meets
 
 
+# metrics where less is better, by name without the split prefix (val_, test_, train_); any other is "more"
+LOWER_IS_BETTER = ("loss", "perplexity", "bits_per_char", "bits_per_byte", "mse", "mae", "wer", "cer")
+
+
+def lower_is_better(metric: str) -> bool:
+    """The direction of a summary.json metric for `compare`, `green` and `--until-decided`: a loss, a
+    perplexity, bits per char/byte and an error are better lower; accuracy, F1, R2 higher."""
+    name = metric.split("_", 1)[1] if metric.startswith(("val_", "test_", "train_")) else metric
+    return "loss" in name or name in LOWER_IS_BETTER
+
+
 def figure(ledger: dict, key: str) -> Optional[float]:
     return FIGURES[key][1](ledger)
 
@@ -107,6 +118,9 @@ NUMERIC_PATHS = frozenset("""
     steps data_wait_share oom_recoveries rollbacks samples_per_second samples_seen skipped_nonfinite_steps
     steps_per_second train_seconds world_size contention.load contention.slowdown gpu_peak_memory_bytes
     memory.gpu_peak_allocated_bytes memory.gpu_peak_reserved_bytes memory.gpu_total_bytes memory.host_peak_rss_bytes
+    tokens_seen tokens_per_second tokens.trained tokens.per_sample tokens.flops_per_token tokens.forward_flops_per_token
+    tokens.per_million.energy_kwh tokens.per_million.co2e_kg tokens.per_million.cost mfu.value
+    mfu.achieved_flops_per_second mfu.peak_flops_per_second mfu.devices
 """.split())
 
 
@@ -183,6 +197,7 @@ def format_ledger(L: dict) -> str:
         "budget        " + (", ".join(f"{k}={v:g}" for k, v in b["limits"].items()) or "none")
         + (f" (stopped by {b['stopped_by']})" if b["stopped_by"] else ""),
     ]
+    lines += lm_lines(L)
     fc = L.get("forecast")
     if fc:
         over = ", ".join(f"{o['budget']} near step {o['stops_near_step']}" for o in fc["over_budget"]) or "no budget"
@@ -202,6 +217,22 @@ def format_ledger(L: dict) -> str:
                      "libraries and data included)")
     lines += [f"note          {n}" for n in e.get("notes", [])]
     return "\n".join(lines)
+
+
+def lm_lines(L: dict) -> list[str]:
+    """A language model's per-token figures (ledger.json `tokens`) and MFU (`mfu`; older ledgers: none)."""
+    out, t, u = [], L.get("tokens"), L.get("mfu")
+    if t:
+        pm = t["per_million"]
+        cost = f"{num(pm['cost'])} {pm['currency']}" if pm["cost"] is not None else "cost n/a"
+        out.append(f"tokens        {num(t['trained'])} trained ({num(t['per_sample'])} a sample), "
+                   f"{num(t['flops_per_token'])} FLOPs a token (forward + backward, attention included)")
+        out.append(f"per 1M tokens {num(pm['energy_kwh'])} kWh, "
+                   f"{num(pm['co2e_kg'] * 1000 if pm['co2e_kg'] is not None else None)} gCO2e, {cost}")
+    if u:
+        out.append(f"MFU           {u['value']:.2%} of {num(u['peak_flops_per_second'])} FLOP/s x {u['devices']} "
+                   f"({u['source']})" if u["value"] is not None else f"MFU           {u['missing_reason']}")
+    return out
 
 
 def mib(n) -> str:

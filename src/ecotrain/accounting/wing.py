@@ -15,7 +15,8 @@ def run_callbacks(ctx: WingContext) -> list[Callback]:
     out: list[Callback] = [watch]
     ledger = None
     if cfg.ledger.enabled:
-        ledger = Ledger(cfg.ledger, cfg.budget, ctx.eval_samples, watch, write_to=ctx.run_dir if ctx.is_main else None)
+        ledger = Ledger(cfg.ledger, cfg.budget, ctx.eval_samples, watch, write_to=ctx.run_dir if ctx.is_main else None,
+                        tokens_per_sample=ctx.tokens_per_sample)
         ctx.state.cost_listeners.append(ledger)  # methods' notices: the step's work changed, one-off FLOPs
         out.append(ledger)
     if cfg.carbon.forecast:

@@ -24,6 +24,7 @@ class WingContext:
     eval_samples: int  # samples in one evaluation pass (the validation split; 0 without one)
     checkpointer: Callback  # the run's Checkpointer (a wing that pauses a run saves through it)
     preemption: Optional[Any] = None  # the stop-signal handler (preemption.Preemption)
+    tokens_per_sample: Optional[float] = None  # a language model's data: tokens a sample holds (assemble.tokens_per_sample)
 
 
 Wing = Callable[[WingContext], Sequence[Callback]]

@@ -132,5 +132,7 @@ def load_text(cfg) -> DataBundle:
     test = base.subset(perm[:n_test].sort().values) if n_test else None
     val = base.subset(perm[n_test : n_test + n_val].sort().values) if n_val else None
     train = base.subset(perm[n_test + n_val :].sort().values)
+    per_sample = float(seq_len) if train.lengths is None else float(train.lengths.float().mean())  # real tokens
     return DataBundle(train, val, test, VOCAB, (seq_len,),
-                      extra={"task": "lm", "lengths": train.lengths, "text_bytes": sum(map(len, texts))})
+                      extra={"task": "lm", "lengths": train.lengths, "text_bytes": sum(map(len, texts)),
+                             "bytes_per_token": 1.0, "tokens_per_sample": per_sample})  # byte-level: 1 byte a token

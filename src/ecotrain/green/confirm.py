@@ -18,7 +18,7 @@ from ecotrain.accounting.compare import judge
 from ecotrain.decide import Decision, until_decided
 from ecotrain.config import load_config
 from ecotrain.entry import fit_recipe
-from ecotrain.accounting.report import figure, read_ledger, read_summary
+from ecotrain.accounting.report import figure, lower_is_better, read_ledger, read_summary
 from ecotrain.errors import ConfigError, PreemptedError
 from ecotrain.stats import Interval, diff_ci
 from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
@@ -77,7 +77,7 @@ def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seed
     bc, gc = ([float(figure(read_ledger(r), by) or 0.0) for r in runs] for runs in (base_runs, green_runs))
     b, g = ([read_summary(r, {metric: float})[metric] for r in runs]
             for runs in (base_runs, green_runs))
-    drop = diff_ci(b, g, paired=True) if "loss" not in metric else diff_ci(g, b, paired=True)  # same seeds, same order
+    drop = diff_ci(g, b, paired=True) if lower_is_better(metric) else diff_ci(b, g, paired=True)  # same seeds, same order
     return Confirmation(group_paths(out / "confirm" / "baseline", [])[0], group_paths(out / "confirm" / "green", [])[0],
                         report, verdict == "PASS", verdict, drop, (sum(gc) / len(gc)) / (sum(bc) / len(bc)),
                         sum(bc) / len(bc) - sum(gc) / len(gc), sum(bc) / len(bc),

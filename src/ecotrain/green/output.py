@@ -9,7 +9,7 @@ import io
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.accounting.report import table as text_table
+from ecotrain.accounting.report import lower_is_better, table as text_table
 from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
 from ecotrain.report.plots import COLORS, _figure, png
@@ -68,9 +68,10 @@ def trials_table(search) -> str:
     return text_table(["trial", "state", "cost x", "val", "deficit", "all seeds", "overrides"], body)
 
 
-def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats on both: lower cost and higher validation metric."""
-    return pareto_front(points, x=lambda p: p[0], y=lambda p: -p[1])
+def pareto(points: list[tuple[float, float]], lower: bool = False) -> list[tuple[float, float]]:
+    """The points no other point beats on both: lower cost and a better validation metric (higher;
+    `lower`: lower, a loss or a perplexity)."""
+    return pareto_front(points, x=lambda p: p[0], y=lambda p: p[1] if lower else -p[1])
 
 
 def pareto_plot(search, tolerance: float, by: str) -> str:
@@ -81,11 +82,13 @@ def pareto_plot(search, tolerance: float, by: str) -> str:
         pts = [(r.ratio, r.val) for r in done if r.state == state]
         if pts:
             ax.scatter(*zip(*pts), c=color, marker=marker, label=f"{state} ({len(pts)})", zorder=3)
-    front = pareto([(r.ratio, r.val) for r in done if r.state == "complete"] + [(1.0, base["val"])])
+    lower = lower_is_better(search.metric)
+    front = pareto([(r.ratio, r.val) for r in done if r.state == "complete"] + [(1.0, base["val"])], lower)
     if front:
         ax.step(*zip(*front), where="post", color=COLORS[2], alpha=0.7, label="Pareto front")
     ax.scatter([1.0], [base["val"]], c=COLORS[1], marker="s", s=60, label="baseline", zorder=4)
-    ax.axhline(base["val"] - tolerance, color=COLORS[1], ls="--", lw=1, label=f"baseline - {tolerance:g}")
+    ax.axhline(base["val"] + (tolerance if lower else -tolerance), color=COLORS[1], ls="--", lw=1,
+               label=f"baseline {'+' if lower else '-'} {tolerance:g}")
     if search.chosen is not None:
         ax.scatter([search.chosen.ratio], [search.chosen.val], s=180, facecolors="none", edgecolors=COLORS[3],
                    lw=2, label=f"chosen (trial {search.chosen.number})", zorder=5)

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ecotrain.accounting.report import figure, missing_reason, read_ledger, read_summary as report_summary
+from ecotrain.accounting.report import (figure, lower_is_better, missing_reason, read_ledger,
+                                       read_summary as report_summary)
 from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
 from ecotrain.errors import ConfigError, PreemptedError
@@ -115,6 +116,7 @@ class Search:
     levers: list = field(default_factory=list)
     not_applied: dict = field(default_factory=dict)
     checks: list = field(default_factory=list)  # the runs of `check`: {run, cost, flops}
+    metric: str = "val_accuracy"  # the validation metric searched on (its direction: report.lower_is_better)
 
     @property
     def spent_flops(self) -> float:
@@ -139,7 +141,7 @@ def need_optuna() -> None:
 
 
 def higher_is_better(metric: str) -> bool:
-    return "loss" not in metric
+    return not lower_is_better(metric)
 
 
 def read_summary(run_dir: Path) -> dict:
@@ -295,7 +297,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     train(opts.recipe, seeded, base_dir, opts.preemption)
     base = read_run(base_dir, opts.metric, opts.by)
     curve = val_curve(base_dir, opts.metric)
-    search = Search(baseline=base, levers=levers, not_applied=not_applied)
+    search = Search(baseline=base, levers=levers, not_applied=not_applied, metric=opts.metric)
 
     logging.getLogger("optuna").setLevel(logging.WARNING)  # one line per trial is ours
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE

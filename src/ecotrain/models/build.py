@@ -8,7 +8,9 @@ from torch import nn
 from ecotrain.config import ModelConfig
 from ecotrain.data.builtin import import_object
 from ecotrain.errors import ConfigError
+from ecotrain.models.causal_lm import causal_lm
 from ecotrain.models.charlm import CharLM
+from ecotrain.models.nanogpt import NanoGPT
 from ecotrain.models.vision1d import MLP, ConvBase, ResNet1d, flat_dim
 
 
@@ -19,7 +21,12 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
         "cnn": lambda kw: ConvBase(n_in, num_classes, dropout=cfg.dropout, **kw),
         "resnet": lambda kw: ResNet1d(n_in, num_classes, dropout=cfg.dropout, **kw),
         "charlm": lambda kw: CharLM(vocab=num_classes or 256, max_len=input_shape[0], dropout=cfg.dropout, **kw),
+        "nanogpt": lambda kw: NanoGPT(vocab=_vocab(kw, num_classes) or 256, max_len=kw.pop("max_len", seq_len or 1024),
+                                      dropout=cfg.dropout, **kw),
+        "causal_lm": lambda kw: causal_lm(vocab_size=_vocab(kw, num_classes), max_len=kw.pop("max_len", seq_len),
+                                          dropout=cfg.dropout, **kw),
     }
+    seq_len = input_shape[0] if len(input_shape) == 1 else None  # token ids [T]: positions the LM needs
     try:
         if cfg.name in builtins:
             _check_sizes(cfg.name, cfg.kwargs)
@@ -40,7 +47,16 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
 
 # A built-in's size keywords: lists of sizes (with the fewest entries each needs), or one size.
 _SIZE_LISTS = {"hidden": 0, "widths": 1}
-_SIZES = {"channels", "d_model", "n_layers", "n_heads", "mlp_ratio"}
+_SIZES = {"channels", "d_model", "n_layers", "n_heads", "mlp_ratio", "n_kv_heads", "d_ff", "max_len", "vocab_size"}
+
+
+def _vocab(kwargs: dict, data_vocab: int | None) -> int | None:
+    """An LM's vocabulary: the data's, or `vocab_size` when given (no smaller than the data's)."""
+    given = kwargs.pop("vocab_size", None)
+    if given is not None and data_vocab is not None and given < data_vocab:
+        raise ConfigError(f"model.kwargs.vocab_size: {given} is smaller than the data's vocabulary of "
+                          f"{data_vocab} tokens; leave it out to use the data's")
+    return given if given is not None else data_vocab
 
 
 def _check_sizes(name: str, kwargs: dict) -> None:
