@@ -5,6 +5,12 @@ must be a regular file: a lock that is a link could make ecotrain write its pid 
 user (or root) can write; one that is a folder or a device is refused in one line. Only after
 `flock` succeeds is the file emptied and the holder's pid written (so a waiter can name it). The
 kernel drops the lock when the holder exits or is killed.
+
+A flock belongs to the open file, and a forked child (a DataLoader worker: torch forks them) shares
+it: killed with SIGKILL, the holder's lock would stay held by its workers until their watchdog ends
+them (up to 5 s), and a resume started at once was refused ("another ecotrain process is writing this
+run folder"). So a forked child closes its copies at once (`os.register_at_fork`); closing a copy
+never releases the parent's lock. Release with `unlock`, which keeps that record true.
 """
 
 from __future__ import annotations
@@ -38,12 +44,35 @@ def open_lock(path: Path, what: str) -> int:
     return fd
 
 
+_OWNED: set[int] = set()  # descriptors of the locks this process took (a forked child closes its copies)
+
+
+def _drop_in_child() -> None:
+    for fd in _OWNED:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _OWNED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_in_child)
+
+
+def unlock(fd: int) -> None:
+    """Release a lock `try_lock` took: close its descriptor."""
+    _OWNED.discard(fd)
+    os.close(fd)
+
+
 def try_lock(fd: int) -> bool:
     """Take the lock without waiting; True when taken (then the file holds this pid)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    _OWNED.add(fd)
     try:  # ours now: a regular file opened without following links
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)

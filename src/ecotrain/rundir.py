@@ -19,7 +19,7 @@ from typing import Optional
 import yaml
 
 from ecotrain.errors import CheckpointError, ConfigError
-from ecotrain.filelock import holder, open_lock, try_lock
+from ecotrain.filelock import holder, open_lock, try_lock, unlock
 
 # What a run writes; a folder holding any of them holds a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
@@ -123,6 +123,8 @@ class _Lease:
 
 
 _HELD: dict[str, _Lease] = {}  # this process's run-folder locks, by absolute path (re-entrant: CLI, then fit)
+if hasattr(os, "register_at_fork"):  # a forked child holds none of them (filelock.py closed its copies)
+    os.register_at_fork(after_in_child=_HELD.clear)
 
 
 def acquire(path: Path) -> _Lease:
@@ -155,7 +157,7 @@ def release(path: Path) -> None:
     if lease.count:
         return
     del _HELD[key]
-    os.close(lease.fd)  # closing the descriptor drops the flock
+    unlock(lease.fd)  # closing the descriptor drops the flock
     if lease.created:  # a start that wrote nothing: leave no folder behind
         try:
             if [p.name for p in Path(path).iterdir()] == [LOCK]:

@@ -88,3 +88,21 @@ def test_loader_workers_run_when_ecotrain_is_pid_1(tmp_path):
                         "--run-dir", tmp_path / "run", "--quiet"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
+
+
+def test_a_killed_runs_loader_workers_do_not_keep_its_folder_locked(tmp_path):
+    """torch forks a user's DataLoader workers, and a fork shares the run folder's flock: they used to
+    hold it until their watchdog ended them (up to 5 s), and a resume started at once was refused."""
+    import fcntl
+
+    run = tmp_path / "run"
+    # no pipes: the workers would hold them too, and the wait would end only with the workers
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "user_program.py"), "shuffle2", str(run),
+                        "--kill-after", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == -signal.SIGKILL
+    fd = os.open(run / ".ecotrain.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a process still holds it
+    finally:
+        os.close(fd)

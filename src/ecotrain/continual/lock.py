@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ecotrain.errors import ConfigError
-from ecotrain.filelock import holder, open_lock, try_lock
+from ecotrain.filelock import holder, open_lock, try_lock, unlock
 
 LOCK_TIMEOUT = 600.0  # seconds a writer waits for another before giving up with one line
 
@@ -36,4 +36,4 @@ def registry_lock(root: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
             time.sleep(0.05)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the flock
+        unlock(fd)  # closing the descriptor releases the flock
