@@ -1,6 +1,6 @@
 """What is paid, measured: the green recipe against the demo recipe in energy, CO2e and money.
 
-    python bench/green_measured.py [--green recipes/mnist1d_green_measured.yaml] [--seeds 1210-1214]
+    python bench/green_measured.py [--green recipes/mnist1d_green_measured.yaml] [--seeds 1220-1224]
                                    [--threads 1] [--country FR] [--out runs/bench-green-measured] [--quick]
 
 Both recipes train on the same fresh seeds, one process per run, in interleaved pairs: seed by seed,
@@ -75,7 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--green", default="recipes/mnist1d_green_measured.yaml")
     ap.add_argument("--baseline", default=BASELINE)
-    ap.add_argument("--seeds", default=None, help="fresh seeds, never used in design (default 1210-1214)")
+    ap.add_argument("--seeds", default=None, help="fresh seeds, never used in design (default 1220-1224)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     ap.add_argument("--country", default="FR", help="the grid on both sides (ledger.country)")
     ap.add_argument("--max-accuracy-drop", type=float, default=0.01)
@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-green-measured"))
     ap.add_argument("--quick", action="store_true", help="two seeds of 40 steps: the plumbing, in seconds")
     args = ap.parse_args()
-    seeds = parse_seeds(args.seeds or ("1210-1211" if args.quick else "1210-1214"))
+    seeds = parse_seeds(args.seeds or ("1220-1221" if args.quick else "1220-1224"))
     common = [f"threads={args.threads}", f"ledger.country={args.country}"] + (QUICK if args.quick else [])
     out = Path(args.out).resolve() / ("quick" if args.quick else "full")
     base, green = [], []

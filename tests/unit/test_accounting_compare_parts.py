@@ -314,6 +314,7 @@ def test_a_measured_interval_wholly_past_the_threshold_decides_under_contention(
     assert 50 < low < 60
     note = _line(report, "note: measured under contention")
     assert "the load entered the CPU s interval as spread (paired by seed" in note and "A, B, A, B" in note
+    assert "and 5 more runs, load up to 5.5, steps up to 1.3x slower" in note  # 8 busy runs: 3 named
     dear = _busy_group(tmp_path, "d", [8.0, 11.0, 9.0, 10.5])  # about 0.8x: wholly short of a 50% cut
     report, verdict = judge(base, dear, by="cpu_seconds")
     assert verdict == "FAIL" and "wholly below the required cut" in report

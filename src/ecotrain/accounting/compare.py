@@ -300,7 +300,11 @@ def _contention_notes(busy: list, by: str, verdict: str, paired: bool) -> list[s
     if not busy:
         return []
     runs = "; ".join(f"{side} {run}: load {c.get('load')} on {c.get('cpus')} CPUs, steps up to "
-                     f"{c.get('slowdown')}x slower" for side, run, c in busy)
+                     f"{c.get('slowdown')}x slower" for side, run, c in busy[:3])
+    if len(busy) > 3:  # a long seed group: the worst figures, not every run
+        most = lambda key: max((c.get(key) for _, _, c in busy if isinstance(c.get(key), (int, float))),  # noqa: E731
+                               default="?")
+        runs += f"; and {len(busy) - 3} more runs, load up to {most('load')}, steps up to {most('slowdown')}x slower"
     if verdict == "INCONCLUSIVE":
         return [f"note: the {FIGURES[by][0]} verdict is unreliable: measured under contention ({runs}); rerun on a "
                 "quiet machine, run the sides in turn (A, B, A, B) on more seeds, or compare --by flops (counted)"]
