@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install bench clean browser speech
+.PHONY: demo test lint install bench bench-quick clean browser speech
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,7 +42,12 @@ speech:
 # (torch at one thread), so 2 cores run the suite in ~8 min instead of ~15. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser speech
-	$(BIN)/python -m pytest tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest tests -m "not bench" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# Every bench program in its --quick mode (tests/integration/test_bench_quick.py, the `bench` tier): ~10 min
+# of CPU, so not in `make test`; CI runs it after the tests. The programs spread over both workers.
+bench-quick: $(STAMP) speech
+	$(BIN)/python -m pytest tests/integration/test_bench_quick.py -m bench -n 2 --dist load
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -1,7 +1,11 @@
 """Every bench program still runs: each one in its quick mode (`--quick`: tiny sizes, seconds, the same
 code path), as a real process, ends with exit 0 and its `RESULT key=value ...` line. A name moved in
 src/ fails here, not in a figure that docs/ can no longer reproduce. A new bench/*.py is covered
-without a change here (and needs a --quick of its own)."""
+without a change here (and needs a --quick of its own).
+
+The quick runs take ~10 minutes of CPU all together, so they are the `bench` tier: CI runs them after
+`make test` (`make bench-quick`, .ci/run). `make test` keeps the import check below: every bench program
+imported in one process, so a moved name at the top of a bench fails there too."""
 
 import os
 import re
@@ -30,6 +34,24 @@ def result_pairs(line: str) -> list[str]:
     return pairs
 
 
+IMPORT_ALL = """
+import importlib.util, sys
+for path in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location("bench_" + path.rsplit("/", 1)[-1][:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # top level only: main() runs under __name__ == "__main__"
+    assert callable(getattr(module, "main", None)), path + ": no main()"
+"""
+
+
+@pytest.mark.integration
+def test_every_bench_program_imports():
+    r = subprocess.run([sys.executable, "-c", IMPORT_ALL, *map(str, BENCHES)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT / "bench")})
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.bench
 @pytest.mark.parametrize("bench", BENCHES, ids=[b.name for b in BENCHES])
 def test_bench_runs_in_quick_mode(bench):
     tool = NEEDS.get(bench.name)
