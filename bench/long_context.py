@@ -27,7 +27,6 @@ zero2_rank_state_ratio=... chunked_ce_peak_ratio=... optimizer_offload_exact=tru
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import subprocess

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 # The floors, bottom up (docs/architecture.md). A module belongs to the group of its longest prefix.
 CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop", "state", "objective", "precision",
         "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory.levers", "memory.selective",
-        "memory.offload", "distributed", "optim",
+        "memory.offload", "memory.chunked_loss", "memory.optim_offload", "distributed", "optim", "safeload", "tensorfile",
         "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
         "progress_work", "stepplan", "userpath", "jsonfile")
 WINGS = ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "lrfind", "sweep",
