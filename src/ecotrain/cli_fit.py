@@ -77,7 +77,8 @@ def fit_pair(args, name: str, trainer) -> int:
             text = ",".join(map(str, seeds[:k]))
             for recipe, overrides, pre, nm in ((args.baseline, [], base_prefix, base_name),
                                                (args.recipe, args.overrides, prefix, name)):
-                code = fit_seeds(recipe, overrides, text, pre, nm, fit_one=trainer(recipe), **first_of[str(pre)])
+                code = fit_seeds(recipe, overrides, text, pre, nm, fit_one=trainer(recipe), say_kept=k == 1,
+                                 **first_of[str(pre)])
                 if code != 0:
                     raise PreemptedError(f"the {nm} group stopped (exit {code}); run the same command with "
                                          "--resume auto to continue it")

@@ -112,7 +112,7 @@ def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
 
 
 def fit_seeds(recipe, overrides: list, seeds_text: str, run_dir, name: str, *, resume=None, overwrite: bool = False,
-              fit_one: Callable) -> int:
+              fit_one: Callable, say_kept: bool = True) -> int:
     """`ecotrain fit RECIPE --seeds ...`: `fit_one(overrides, run_dir)` (entry.fit_recipe with the
     command's options) once per seed, each with its own run folder and `seed=N`, keeping the group
     file current. Stops at the first run that does not end normally (preempted, diverged) and returns
@@ -146,7 +146,8 @@ def fit_seeds(recipe, overrides: list, seeds_text: str, run_dir, name: str, *, r
     write_group(group, name, recipe, overrides, seeds, runs, finished)
     for seed, one in zip(seeds, runs):
         if one in finished:
-            log.info(f"seed {seed}: {one} finished before; kept")
+            if say_kept:  # fit --baseline calls again per seed it adds: the kept runs are not news there
+                log.info(f"seed {seed}: {one} finished before; kept")
             continue
         log.info(f"seed {seed}: {one}")
         code = fit_one([*overrides, f"seed={seed}"], str(one))
