@@ -84,7 +84,13 @@ def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | N
 def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` to `path` (safetensors' Rust writer, mostly outside the GIL), fsynced."""
     stored, aliases = split_aliases(tensors)
-    save_file(stored, str(path), metadata=_metadata(aliases, metadata))
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:  # a folder name that is not UTF-8: safetensors' writer takes str only
+        with open(path, "wb") as f:
+            f.write(save(stored, metadata=_metadata(aliases, metadata)))
+    else:
+        save_file(stored, str(path), metadata=_metadata(aliases, metadata))
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
