@@ -7,7 +7,6 @@ waiter's message can name it."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 from typing import Iterator
