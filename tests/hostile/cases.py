@@ -66,6 +66,16 @@ def write(name: str, content: str | bytes, mode: Optional[int] = None) -> Callab
     return setup
 
 
+def edit_json(name: str, change: Callable[[object], None]) -> Callable[[Path], None]:
+    """Rewrite tmp/name's JSON through `change(obj)` (an edit in place)."""
+    def setup(tmp: Path) -> None:
+        p = tmp / name
+        obj = json.loads(p.read_text())
+        change(obj)
+        p.write_text(json.dumps(obj))
+    return setup
+
+
 def npz(name: str, **arrays) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         np.savez(tmp / name, **{k: v() if callable(v) else v for k, v in arrays.items()})

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from tests.hostile.cases import RANDOM_BYTES, Case, both, npz, parquet, trained_run, write
+from tests.hostile.cases import RANDOM_BYTES, Case, both, edit_json, npz, parquet, trained_run, write
 
 CASES: list[Case] = []
 
@@ -190,14 +190,6 @@ CASES += [
 
 
 # ---- card: the ledger read back with the one schema; a missing ledger said; a run listed twice ----
-def edit_json(name: str, change) -> Callable[[Path], None]:
-    def setup(tmp: Path) -> None:
-        p = tmp / name
-        obj = json.loads(p.read_text())
-        change(obj)
-        p.write_text(json.dumps(obj))
-    return setup
-
 
 def remove(name: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:

@@ -6,7 +6,6 @@ are tests of their own."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,8 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.hostile import test_hostile as harness
-from tests.hostile.cases import FIT, NO_RUN, RANDOM_BYTES, RUN, TINY, Case, both, copy, npz, trained_run, write
+from tests.hostile.cases import (FIT, NO_RUN, RANDOM_BYTES, RUN, TINY, Case, both, copy, edit_json, npz, trained_run,
+                                 write)
 from tests.hostile.cases_commands import REG, registry
 
 pytestmark = pytest.mark.hostile
@@ -41,14 +41,6 @@ CSV_RUN = both(TRAIN_CSV, trained_run("run", "data.name=csv", "data.path=train.c
 PREDICT = ["predict", "{tmp}/run", "--out", "{tmp}/p.csv", "--data"]
 NO_PREDS = ("p.csv", ".p.csv.tmp-*")
 
-
-def edit_json(name: str, change) -> callable:
-    def setup(tmp: Path) -> None:
-        p = tmp / name
-        obj = json.loads(p.read_text())
-        change(obj)
-        p.write_text(json.dumps(obj))
-    return setup
 
 
 GREEN = ["green", "{tmp}/tiny.yaml", "--out", "{tmp}/g", "--seeds-confirm", "0", "--check-seeds", "none"]

@@ -203,8 +203,10 @@ def _export_lines(exports: dict) -> list[str]:
     lines = ["## Exported files", "", "| file | format | max abs difference vs eager (test split) |", "|---|---|---|"]
     for name, r in sorted(exports.items()):
         lines.append(f"| `{name}` | {r.get('format')} | {r.get('max_abs_diff', float('nan')):.3g} |")
-    lines += ["", "```python", "import torch", "", f"model = torch.export.load(\"{_first(exports, 'pt2')}\").module()"
+    lines += ["", "```python", "from ecotrain.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
+              "or evaluated", "", f"program, _ = load_pt2(\"{_first(exports, 'pt2')}\")", "model = program.module()"
               "  # no model class needed", "logits = model(x)", "```", "",
+              "(plain `torch.export.load` unpickles what the archive says: only for a file you made yourself)", "",
               "or `ecotrain predict MODEL.pt2 --data FILE.npz --out preds.csv`."]
     return lines
 
