@@ -9,15 +9,19 @@ Live figures (progress bar, metrics.jsonl) are CodeCarbon's last background samp
 since then at its last power reading: an estimate between samples, never a new measurement, so a log
 line costs a few attribute reads. The final figure is CodeCarbon's own total at `stop()`.
 
-CodeCarbon takes over a second to start (hardware probes: a py-cpuinfo subprocess, pandas for its
-TDP table), so `start()` runs it in a background thread and training does not wait for it. Its
-figures cover the run from the moment it is up; the seconds before that (`startup_seconds`) are
-estimated at the mean power CodeCarbon measured over the rest of the run, and the result says so:
-`startup_seconds`, `startup_kwh`, a line in `how`, and `method: estimated`. The first reading
-(`live_kwh()`, `stop()`) waits for the thread, so no figure is ever taken from a half-started
-tracker. A run that ends before CodeCarbon is up waits for it in `stop()` (after its last step;
-the wait is not counted): its whole span is then estimated at the mean power CodeCarbon measures
-from its start to its stop, and `how` says so.
+CodeCarbon takes over a second to get ready (hardware probes: a py-cpuinfo subprocess, pandas for
+its TDP table). That is the meter's cost, not the run's, and it stays out of the run's figures:
+`prepare()` builds the tracker and probes the hardware in a background thread (the ledger calls it
+when the run's callbacks are built, so it overlaps the rest of the set-up), and `start()`, called
+just before training starts, waits for it and starts the tracker in the calling thread (a few ms).
+The ledger takes its own clocks (wall, `os.times()` CPU) after `start()`, so CodeCarbon's span,
+the ledger's wall time and its CPU time all begin at the same moment: the run's first step. What
+the meter's start-up itself took is reported beside the figure, never inside it: `meter_startup`
+(the seconds `start()` waited for it, and the CPU-seconds its thread used), measured, not counted.
+
+Measured (recipes/mnist1d_green_measured.yaml, fresh processes, threads=1, 2-core machine): with the
+start-up inside the run (a background start racing training for the GIL), ~1.2 CPU-s and ~1.7 s of
+wall landed in each run's ledger; docs/efficiency.md has the figures before and after.
 """
 
 from __future__ import annotations
@@ -83,8 +87,10 @@ class EnergyMeter:
         self._capture = _Capture()
         self._saved: Optional[tuple] = None
         self._thread: Optional[threading.Thread] = None
-        self._requested = 0.0  # perf_counter() when start() was called
-        self.startup_seconds = 0.0  # from start() until CodeCarbon's own start time
+        self._requested = 0.0  # perf_counter() when the run's span began (CodeCarbon's own start time)
+        self.startup_seconds = 0.0  # of the run's span not covered by CodeCarbon (0 since start() waits)
+        self.startup_wait: Optional[float] = None  # seconds start() waited for the preparation
+        self.startup_cpu: Optional[float] = None  # CPU-seconds the preparation thread used
 
     def _quiet_logger(self) -> None:
         log = logging.getLogger("codecarbon")
@@ -108,28 +114,56 @@ class EnergyMeter:
         said = "; ".join(self._capture.messages[-3:])
         return f"{what}" + (f" (CodeCarbon said: {said})" if said else "")
 
-    def start(self) -> None:
-        """Start CodeCarbon in a background thread and return at once (module doc)."""
-        self._requested = time.perf_counter()
-        self._thread = threading.Thread(target=self._start_now, name="ecotrain-codecarbon-start", daemon=True)
+    def prepare(self) -> None:
+        """Build CodeCarbon's tracker and probe the hardware in a background thread; return at once."""
+        if self._thread is not None or self.tracker is not None or self.reason:
+            return
+        self._thread = threading.Thread(target=self._prepare_now, name="ecotrain-codecarbon-start", daemon=True)
         self._thread.start()
 
+    def start(self) -> None:
+        """Wait for `prepare()` (calling it first if nobody did) and start the tracker here: from now on
+        it covers the run. The wait and the start-up's CPU are `meter_startup`, outside the figure."""
+        t0 = time.perf_counter()
+        self.prepare()
+        self.wait()
+        self.startup_wait = time.perf_counter() - t0
+        self._requested = time.perf_counter()
+        if self.tracker is None:
+            return
+        try:
+            self.tracker.start()
+        except Exception as exc:
+            self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
+        else:
+            started = getattr(self.tracker, "_start_time", None)
+            if started is None:  # start() swallowed an exception
+                self.reason = self._why("CodeCarbon did not start")
+            else:
+                self._requested = float(started)  # the span is CodeCarbon's own: the same moment
+        if self.reason:
+            self.tracker = None
+            self._restore_logger()
+
     def wait(self) -> None:
-        """Until the background start has finished (started, or failed with `reason`)."""
+        """Until the background preparation has finished (ready, or failed with `reason`)."""
         t = self._thread
         if t is not None:
             t.join()
             self._thread = None
 
-    def _start_now(self) -> None:
+    def _prepare_now(self) -> None:
+        cpu0 = time.thread_time()
         try:
-            self._start()
+            self._prepare()
         except BaseException as exc:  # never let the thread die with the tracker half set up
             self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
             self.tracker = None
             self._restore_logger()
+        finally:
+            self.startup_cpu = time.thread_time() - cpu0
 
-    def _start(self) -> None:
+    def _prepare(self) -> None:
         try:
             import codecarbon
             from codecarbon import OfflineEmissionsTracker
@@ -147,24 +181,21 @@ class EnergyMeter:
             self._drop_stream_handlers()
             if getattr(self.tracker, "_electricitymaps_api_token", None):  # from a user config file: stay offline
                 self.tracker._electricitymaps_api_token = None
-            self.tracker.start()
+            ready = getattr(self.tracker, "_ensure_hardware_ready", None)  # the slow probes (CodeCarbon >= 3)
+            if callable(ready):
+                ready()
         except Exception as exc:
-            self.reason = self._why(f"CodeCarbon failed to start: {type(exc).__name__}: {exc}")
-        else:
-            started = getattr(self.tracker, "_start_time", None)
-            if started is None:  # start() swallowed an exception
-                self.reason = self._why("CodeCarbon did not start")
-            else:
-                self.startup_seconds = max(float(started) - self._requested, 0.0)
+            self.reason = self._why(f"CodeCarbon did not start: {type(exc).__name__}: {exc}")
         if self.reason:
             self.tracker = None
             self._restore_logger()
 
     def live_kwh(self) -> Optional[float]:
-        """Energy so far (an estimate between CodeCarbon's samples, and for the seconds before it was
-        up, at its last power reading); None without a tracker. Waits for a background start."""
-        self.wait()
+        """Energy so far (an estimate between CodeCarbon's samples, at its last power reading); None
+        without a started tracker."""
         t = self.tracker
+        if t is None or getattr(t, "_start_time", None) is None:
+            return None
         if t is None:
             return None
         try:  # CodeCarbon's running totals; reading them costs no measurement
@@ -176,15 +207,20 @@ class EnergyMeter:
 
     def stop(self) -> dict:
         """The final reading: `kwh` (None with `missing_reason`); `method` is `measured` only when every
-        component was over the whole run (`components_method` says which were); `how`, per-component
-        kWh, notes; `startup_seconds` and `startup_kwh`: the extrapolated start (module doc)."""
-        end = time.perf_counter()  # the run's span is start() .. now, whatever the wait below costs
+        component was; `how`, per-component kWh, notes; `meter_startup`: what CodeCarbon's own start-up
+        took, outside the figure (module doc). `startup_seconds`/`startup_kwh`: 0 (the run's span is
+        CodeCarbon's own; kept for older readers)."""
         self.wait()
         out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
                      "startup_seconds": None, "startup_kwh": None, "pue": self.pue,
+                     "meter_startup": {"wait_seconds": self.startup_wait, "cpu_seconds": self.startup_cpu,
+                                       "counted": False, "method": "measured (perf_counter, thread CPU time)"},
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
                      "missing_reason": self.reason, "notes": []}
         t, self.tracker = self.tracker, None
+        if t is not None and getattr(t, "_start_time", None) is None:  # prepared, never started
+            out["missing_reason"] = self.reason or "the run ended before training started (the meter never started)"
+            t = None
         if t is not None:
             try:
                 t.stop()
@@ -197,31 +233,16 @@ class EnergyMeter:
             elif not isinstance(kwh, (int, float)) or not math.isfinite(kwh) or kwh <= 0:
                 out["missing_reason"] = self._why(f"CodeCarbon reported {kwh!r} kWh: no usable power source")
             else:
-                # CodeCarbon covered [its start, now]; the run is [start(), end]. Its mean power over
-                # what it covered, times the run's span: its own total plus the start-up before it was
-                # up (or, for a run that ended before it was up, all of it; `how` says which).
-                seen = float(getattr(data, "duration", 0.0) or 0.0)
-                span = end - self._requested
-                unseen = min(self.startup_seconds, span)
-                scale = span / seen if seen > 0 and unseen > 0 else 1.0
-                out["kwh"] = float(kwh) * scale
-                out["startup_seconds"] = unseen
-                out["startup_kwh"] = float(kwh) * unseen / seen if scale != 1.0 else 0.0
-                out["components_kwh"] = {"cpu": data.cpu_energy * scale, "gpu": data.gpu_energy * scale,
-                                         "ram": data.ram_energy * scale}
+                out["kwh"] = float(kwh)
+                out["startup_seconds"], out["startup_kwh"] = 0.0, 0.0
+                out["components_kwh"] = {"cpu": data.cpu_energy, "gpu": data.gpu_energy, "ram": data.ram_energy}
                 parts = [describe(hw, self.tracking_mode) for hw in getattr(t, "_hardware", [])]
                 out["components_method"] = {c: m for c, m, _ in parts}
-                measured = parts and all(p[1] == "measured" for p in parts) and unseen == 0
-                out["method"] = "measured" if measured else "estimated"
+                out["method"] = "measured" if parts and all(p[1] == "measured" for p in parts) else "estimated"
                 out["how"] = "; ".join(f"{c} {m}: {how}" for c, m, how in parts) + f"; pue {self.pue}"
-                if scale != 1.0 and unseen >= span:
-                    out["how"] += (f"; CodeCarbon was up only after the run's {span:.2f} s ended: all of it "
-                                   f"estimated at the mean power it measured over {seen:.2f} s after the run")
-                elif scale != 1.0:
-                    out["how"] += (f"; the first {unseen:.2f} s, while CodeCarbon started, estimated at its mean "
-                                   f"power over the other {seen:.2f} s")
-                elif unseen > 0:
-                    out["how"] += f"; the first {unseen:.2f} s, while CodeCarbon started, not counted"
+                if self.startup_wait is not None:
+                    out["how"] += (f"; from the first step on: CodeCarbon's own start-up ({self.startup_wait:.2f} s "
+                                   f"waited, {self.startup_cpu or 0.0:.2f} CPU-s) not counted")
         out["notes"] = list(self._capture.messages)
         self._restore_logger()
         return out

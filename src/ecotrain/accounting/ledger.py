@@ -2,8 +2,10 @@
 
 Per step it does integer and float bookkeeping only (two comparisons; a clock read every 8 steps when
 a time or money budget is set). FLOPs are counted once, on the first step of the run, and
-accounted per sample actually trained and evaluated afterwards. CodeCarbon runs in its own
-background thread from `on_fit_start` to `on_fit_end`; its totals are read at log intervals.
+accounted per sample actually trained and evaluated afterwards. CodeCarbon is built in the
+background when the callbacks are (its start-up overlaps the set-up, and never counts), started in
+`on_fit_start` just before the ledger's own clocks, and stopped in `on_fit_end`; its totals are
+read at log intervals.
 It runs before MetricsLogger and ProgressBar: each log record gains `energy_kwh`, `co2e_g` and
 `flops`, and `state.progress_fields` the bar's kWh and gCO2e.
 
@@ -109,10 +111,8 @@ class Ledger(Callback):
         self.device_name, self.device_count = device_units(state.device)
         self.price, self.price_source = price_for(self.device_name, cfg.prices)
         warm_up()
-        if cfg.energy == "codecarbon":
-            gpu_ids = nvml_gpu_ids(state.device, os.environ.get("CUDA_VISIBLE_DEVICES"), current_index(state.device))
-            self.meter = EnergyMeter(cfg.pue, cfg.tracking_mode, cfg.sample_seconds, gpu_ids)
-            self.meter.start()
+        if cfg.energy == "codecarbon" and self.meter is None:
+            self.prepare_meter(state.device)
         self._state = state
         # a resumed run counts at the rate its last segment measured: measuring its first step again would
         # run that step, unlike the uninterrupted run's, under the counter's module hooks, whose autograd
@@ -123,8 +123,19 @@ class Ledger(Callback):
         self._piece0, self._passes0 = state.samples_seen, self.eval_passes
         if any(k in self.limits for k in budget_mod.CLOCK_BUDGETS):
             self._next_clock = state.step + _CLOCK_EVERY
+        if self.meter is not None:  # waits for CodeCarbon's start-up: outside the figures below (energy.py)
+            self.meter.start()
         self._t0, self._c0 = time.perf_counter(), cpu_seconds()
         self._log_tokens = (self._tokens(state), self._t0)
+
+    def prepare_meter(self, device) -> None:
+        """Build CodeCarbon's tracker in the background now (the run's set-up goes on meanwhile); the
+        tracker starts, after its start-up, in on_fit_start, where the ledger's clocks start too."""
+        if self.cfg.energy != "codecarbon" or self.meter is not None:
+            return
+        gpu_ids = nvml_gpu_ids(device, os.environ.get("CUDA_VISIBLE_DEVICES"), current_index(device))
+        self.meter = EnergyMeter(self.cfg.pue, self.cfg.tracking_mode, self.cfg.sample_seconds, gpu_ids)
+        self.meter.prepare()
 
     # -- what methods tell it (state.flops_changed / state.add_flops: TrainState.cost_listeners) --
     def flops_changed(self) -> None:

@@ -17,6 +17,9 @@ def run_callbacks(ctx: WingContext) -> list[Callback]:
     if cfg.ledger.enabled:
         ledger = Ledger(cfg.ledger, cfg.budget, ctx.eval_samples, watch, write_to=ctx.run_dir if ctx.is_main else None,
                         tokens_per_sample=ctx.tokens_per_sample)
+        device = getattr(ctx.state, "device", None)
+        if device is not None:  # CodeCarbon's start-up overlaps the rest of the set-up (energy.py)
+            ledger.prepare_meter(device)
         ctx.state.cost_listeners.append(ledger)  # methods' notices: the step's work changed, one-off FLOPs
         out.append(ledger)
     if cfg.carbon.forecast:
