@@ -46,9 +46,11 @@ class MemoryConfig(_Section):
     loss_chunk: int = Field(1024, gt=0)  # tokens per chunk: one chunk's logits [loss_chunk, vocab] is the peak
     # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (memory/optim_offload.py)
     optimizer_offload: Literal["off", "on"] = "off"
-    # the levers memory.budget may pull (micro_batches out: the same data per forward, bit-identical losses)
-    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches"]] = Field(
-        default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches"])
+    # the levers memory.budget may pull (micro_batches and chunked_loss out: bit-identical losses)
+    budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
+                                "optimizer_offload"]] = Field(
+        default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
+                                 "optimizer_offload"])
 
     @field_validator("activation_offload", "chunked_loss", "optimizer_offload", mode="before")
     @classmethod

@@ -160,6 +160,17 @@ def chunked_cross_entropy(hidden: HeadInput, targets: torch.Tensor, reduction: s
     return total / (y != IGNORE).sum()  # mean over the tokens that count, as F.cross_entropy's
 
 
+def applies(model: nn.Module, task, methods=None) -> bool:
+    """Whether `memory.chunked_loss: on` can serve this model and task (what memory.budget asks before
+    making it a candidate)."""
+    try:
+        find_head(model)
+        check_task(task, methods)
+    except ConfigError:
+        return False
+    return True
+
+
 def check_task(task, methods) -> None:
     """The chunked loss replaces the logits only for ecotrain's own per-token cross-entropy; anything
     else reading the outputs would get the hidden states: one line instead."""

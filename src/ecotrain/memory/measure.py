@@ -37,7 +37,8 @@ from ecotrain.memory import planner
 from ecotrain.device import host_peak_rss
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
-from ecotrain.memory.estimate import activations_at, saved_profile
+from ecotrain.memory.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
+from ecotrain.memory.estimate import _optim_states, activations_at, saved_profile
 from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
@@ -121,7 +122,7 @@ def measure(cfg, c: Candidate, first: bool):
     if not first:
         return m
     return m, Baseline(out["start_bytes"], out["start_peak_bytes"], out["state_bytes"], out["activations"],
-                       out["n_blocks"])
+                       out["n_blocks"], out.get("optim_bytes", 0), out.get("chunkable", False))
 
 
 def measure_config(cfg) -> JobResult:
@@ -153,9 +154,12 @@ def _rss_now() -> int:
         return host_peak_rss() or 0
 
 
-def estimates(cfg) -> tuple[dict, int]:
-    """candidate key -> estimated activation bytes of one micro-batch, by memory/estimate.py's method, for the
-    user's config `cfg` (its own checkpointing spec names the modules of the "modules" candidates)."""
+def estimates(cfg) -> tuple[dict, int, bool]:
+    """(candidate key -> estimated activation bytes of one micro-batch, by memory/estimate.py's method, for the
+    user's config `cfg` (its own checkpointing spec names the modules of the "modules" candidates); the
+    model's blocks; whether the chunked loss applies). The chunked loss's plans are profiled on the model
+    with its head chunked (what it saves: the hidden states and one float per token), plus one chunk's
+    logits and their gradient, alive at once in its forward and backward."""
     bundle = load_data(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, bundle.input_shape, bundle.num_classes)
@@ -165,10 +169,16 @@ def estimates(cfg) -> tuple[dict, int]:
     mods = select_modules(model, cfg.memory.activation_checkpointing) if named else []
     every = blocks + [(n, m) for n, m in mods if n not in {b for b, _ in blocks}]
     batch = cfg.data.batch_size * cfg.loop.accumulate
+    chunkable = chunked_loss_applies(model, task) and not cfg.methods  # a method may read the logits
     cands = planner.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
-                               cfg.precision, cfg.memory.allow_precision_change, cfg.memory.budget_levers)
-    profiles = {p: saved_profile(bundle, model, task, Precision(p, torch.device("cpu")), every)
-                for p in dict.fromkeys(c.precision for c in cands)}
+                               cfg.precision, cfg.memory.allow_precision_change, cfg.memory.budget_levers,
+                               chunkable=chunkable, has_optim_state=_optim_states(cfg) > 0)
+    profiles = {}
+    for chunked in dict.fromkeys(c.chunked for c in cands):  # False first: chunking changes the model's head
+        if chunked:
+            head = apply_chunked_loss(model, cfg.memory.loss_chunk)
+        for p in dict.fromkeys(c.precision for c in cands):
+            profiles[p, chunked] = saved_profile(bundle, model, task, Precision(p, torch.device("cpu")), every)
     out = {}
     for c in cands:
         if c.checkpointing == "modules":
@@ -180,9 +190,17 @@ def estimates(cfg) -> tuple[dict, int]:
         names = {n for n, _ in chosen}
         offloaded = ({n for n, _ in offload_targets(model, sorted(names))[:c.offload_blocks]}
                      if c.offload != "off" else set())
-        out[c.key] = int(activations_at(*profiles[c.precision], names, -(-batch // c.micro_batches), c.policy,
-                                        offloaded))
-    return out, len(blocks)
+        micro = -(-batch // c.micro_batches)
+        out[c.key] = int(activations_at(*profiles[c.precision, c.chunked], names, micro, c.policy, offloaded))
+        if c.chunked:  # one chunk's float32 logits and their gradient
+            out[c.key] += 2 * 4 * head.out_features * min(cfg.memory.loss_chunk, micro * _tokens(bundle))
+    return out, len(blocks), chunkable
+
+
+def _tokens(bundle) -> int:
+    """Tokens per sample of a sequence dataset: its longest training sample's."""
+    lengths = bundle.extra.get("lengths")
+    return int(lengths.max()) if lengths is not None else int(bundle.input_shape[-1])
 
 
 # ---------------------------------------------------------------- choosing for a run
@@ -204,7 +222,8 @@ def run_search(cfg, memo: Optional[dict] = None) -> planner.Search:
     def expand(info: Baseline) -> list[Candidate]:
         return planner.candidates(info.n_blocks, planner.names_modules(cfg), batch, cfg.loop.accumulate,
                                   cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change,
-                                  cfg.memory.budget_levers, eval_batch_size(cfg))
+                                  cfg.memory.budget_levers, eval_batch_size(cfg), info.chunkable,
+                                  info.optim_bytes > 0)
 
     def measured(c: Candidate, first: bool):
         hit = memo.get(c.key) if memo is not None else None

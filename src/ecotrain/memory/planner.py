@@ -7,10 +7,14 @@ rest, `selective` keeps every matmul output and recomputes pointwise ops), wheth
 saved activations are offloaded (memory/offload.py: host memory on CUDA, a file on CPU; lossless),
 how many micro-batches the effective batch is cut into (exact accumulation:
 `loop.backward_micro_batches` normalises by the whole batch's units; the same count OOM recovery
-raises) and, only with `memory.allow_precision_change`, fp32 vs bf16 autocast and bf16 offload.
+raises), whether the LM head and cross-entropy run over token chunks (memory/chunked_loss.py: the
+logits never whole; equal within float rounding), whether the optimizer state leaves memory between
+steps (memory/optim_offload.py: bit-identical) and, only with `memory.allow_precision_change`, fp32
+vs bf16 autocast and bf16 offload.
 Evaluation reads as many samples at a time as a training micro-batch (`memory.eval_batch_size`), and
-its peak is measured with the plan's: a plan fits when both do. CPU offload of optimizer state
-exists only under FSDP (several ranks), so it is not a candidate here.
+its peak is measured with the plan's: a plan fits when both do. Plans are measured in one process:
+under torchrun a budget is refused, and when no plan fits the last line says how far ZeRO-2 (gradients
+and optimizer state sharded) or FSDP (parameters too) over N ranks would go (`shard_hint`).
 
 Each measured plan runs a few real training steps of the real model and batch in a fresh process
 (memory/worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
@@ -50,7 +54,8 @@ FULL = 0.95  # a plan that fits at 95% of the usable budget (0.9 of the budget a
 # ---------------------------------------------------------------- candidates
 
 
-LEVERS = ("checkpoint", "selective", "offload", "micro_batches")  # memory.budget_levers' names
+# memory.budget_levers' names
+LEVERS = ("checkpoint", "selective", "offload", "micro_batches", "chunked_loss", "optimizer_offload")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class Candidate:
     n_offloaded: int = 0  # blocks offloaded (for display)
     eval_batch: Optional[int] = None  # evaluation's batch (memory.eval_batch_size); None: the config's
     offload_blocks: Optional[int] = None  # offload only the first K of the other blocks; None: all of them
+    chunked: bool = False  # the LM head + cross-entropy over token chunks (memory.chunked_loss)
+    optim_offload: bool = False  # the optimizer state out of memory between steps (memory.optimizer_offload)
 
     @property
     def key(self) -> str:
@@ -71,7 +78,8 @@ class Candidate:
         offload = {"off": "", "on": "/offload", "bf16": "/offload-bf16"}[self.offload]
         if offload and self.offload_blocks is not None:
             offload += f":{self.offload_blocks}"
-        return f"{self.checkpointing}{selective}/{self.micro_batches}/{self.precision}{offload}"
+        extra = ("/chunked" if self.chunked else "") + ("/optim-offload" if self.optim_offload else "")
+        return f"{self.checkpointing}{selective}/{self.micro_batches}/{self.precision}{offload}{extra}"
 
     @property
     def group(self) -> tuple:
@@ -82,7 +90,7 @@ class Candidate:
     def family(self) -> tuple:
         """Every lever but the micro-batch count and how many blocks are offloaded: plans whose
         estimates err alike (planner.corrected)."""
-        return self.checkpointing, self.policy, self.offload, self.precision
+        return self.checkpointing, self.policy, self.offload, self.precision, self.chunked, self.optim_offload
 
     def describe(self, batch: int) -> str:
         how = "selective recompute of" if self.policy == "matmuls" else "checkpointing"
@@ -96,6 +104,8 @@ class Candidate:
             if self.offload_blocks is not None:
                 whose = f"{self.offload_blocks} of {'the' if self.checkpointing == 'off' else 'the other'} blocks"
             ck += f", offload{' (bf16)' if self.offload == 'bf16' else ''} of {whose}"
+        ck += ", chunked loss" if self.chunked else ""
+        ck += ", optimizer state offloaded" if self.optim_offload else ""
         size = -(-batch // self.micro_batches)
         return f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}, {self.precision}"
 
@@ -139,10 +149,12 @@ def eval_batch_of(default: int, batch: int, micro_batches: int) -> int:
 
 def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micro: int, precision: str,
                allow_precision_change: bool, levers: Sequence[str] = LEVERS,
-               eval_default: Optional[int] = None) -> list[Candidate]:
+               eval_default: Optional[int] = None, chunkable: bool = False,
+               has_optim_state: bool = False) -> list[Candidate]:
     """Every exactly-equivalent plan with the `levers` allowed (bf16 ones with `allow_precision_change`);
     the first is the least constrained (the baseline measured first). Within a group (every lever but
-    the micro-batches) the micro-batch count rises."""
+    the micro-batches) the micro-batch count rises. `chunkable`: the model has an LM head and the task
+    is ecotrain's cross-entropy (chunked_loss.applies); `has_optim_state`: the optimizer keeps state."""
     precisions = [precision]
     if allow_precision_change:
         precisions += [p for p in ("bf16-mixed", "fp32") if p != precision]
@@ -152,8 +164,10 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
     if "offload" in levers and n_blocks:  # offload wraps the repeated blocks (memory/levers.offload_targets)
         offloads += ["on", "bf16"] if allow_precision_change else ["on"]
     micros = micro_counts(batch, accumulate, min_micro) if "micro_batches" in levers else [accumulate]
+    chunks = [False, True] if "chunked_loss" in levers and chunkable else [False]
+    optims = [False, True] if "optimizer_offload" in levers and has_optim_state else [False]
     out = []
-    for p in precisions:
+    for p, chunked, optim in ((p, ch, o) for p in precisions for ch in chunks for o in optims):
         for level, count in levels:
             for policy in (["attention"] if level == "off" else policies):
                 for off in offloads:
@@ -165,7 +179,8 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
                     parts = [None] if off == "off" or level == "modules" else [*range(1, n_off), None]
                     out += [Candidate(level, n, p, count, policy, off,
                                       0 if off == "off" else (k or n_off),
-                                      eval_batch_of(eval_default, batch, n) if eval_default else None, k)
+                                      eval_batch_of(eval_default, batch, n) if eval_default else None, k,
+                                      chunked, optim)
                             for k in parts for n in micros]
     return out
 
@@ -204,15 +219,26 @@ class Baseline:
     state_bytes: int  # gradients + optimizer state, allocated during the first steps
     activations: dict  # candidate key -> estimated activation bytes (memory/estimate.py's saved-tensor figure)
     n_blocks: int = 0  # the model's repeated blocks (memory.find_blocks)
+    optim_bytes: int = 0  # the optimizer state's share of state_bytes (what optimizer offload moves out)
+    chunkable: bool = False  # the chunked loss applies (an LM head, ecotrain's cross-entropy: chunked_loss.applies)
 
 
-def predict(base: Measured, info: Baseline, key: str) -> Optional[int]:
-    """A candidate's peak from the baseline's: the measured activation share scaled by the estimates."""
-    act_base, act = info.activations.get(base.candidate.key), info.activations.get(key)
+def held(info: Baseline, c: Candidate) -> int:
+    """The bytes a plan holds through forward and backward besides activations: the process and the
+    model state, less the optimizer state when it is offloaded."""
+    return info.start_bytes + info.state_bytes - (info.optim_bytes if c.optim_offload else 0)
+
+
+def predict(base: Measured, info: Baseline, c: Candidate) -> Optional[int]:
+    """A candidate's peak from the baseline's: the measured activation share scaled by the estimates.
+    With the optimizer state offloaded, its step (the state back, the activations gone) may be the peak."""
+    act_base, act = info.activations.get(base.candidate.key), info.activations.get(c.key)
     if not act_base or act is None:
         return None
-    scale = max(0.0, base.peak_bytes - info.start_bytes - info.state_bytes) / act_base
-    return int(max(info.start_peak_bytes, info.start_bytes + info.state_bytes + scale * act))
+    scale = max(0.0, base.peak_bytes - held(info, base.candidate)) / act_base
+    # the step: the state back, and the foreach Adam's temporaries, about one more gradient's bytes
+    step = info.start_bytes + 2 * info.state_bytes - info.optim_bytes if c.optim_offload else 0
+    return int(max(info.start_peak_bytes, held(info, c) + scale * act, step))
 
 
 def fits(m: Measured, usable: float) -> bool:
@@ -235,8 +261,9 @@ def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done:
                slack: float = PREDICT_SLACK) -> list[Candidate]:
     """Per group of levers (all but the micro-batches), the fewest micro-batches predicted to fit
     (within `slack`) and to peak over `above`: the plans that nothing cheaper dominates (a plan with
-    more micro-batches than a measured one that fits is not one of them). Largest predicted peak
-    first: the plans that use most of the budget recompute, offload and cut the least."""
+    more micro-batches than a measured one that fits is not one of them). Those predicted to fit first,
+    then those within the slack; largest predicted peak first within each: the plans that use most of
+    the budget recompute, offload and cut the least."""
     fitted = {}
     for m in measured:
         if fits(m, usable):
@@ -250,25 +277,31 @@ def to_measure(cands: Sequence[Candidate], predicted: dict, usable: float, done:
             continue
         if p is not None and above < p <= usable * slack:
             best[group] = c  # candidates come in rising micro-batch order within a group
-    return sorted(best.values(), key=lambda c: -predicted[c.key])
+    # plans predicted to fit outright before those only within the slack
+    return sorted(best.values(), key=lambda c: (predicted[c.key] > usable, -predicted[c.key]))
 
 
-def corrected(raw: dict, cands: Sequence[Candidate], measured: Sequence[Measured], fixed: int) -> dict:
+def corrected(raw: dict, cands: Sequence[Candidate], measured: Sequence[Measured], fixed: int,
+              optim_bytes: int = 0) -> dict:
     """The predictions, each group's scaled by how far its measured plans' activations were from their
     own predictions (the estimate misses per-lever effects: allocator slack, a micro-batch's loss
     buffers); a family of levers not measured yet takes the median of the measured ones' ratios.
-    `fixed`: the bytes no lever changes (process, model state)."""
+    `fixed`: the bytes no lever changes (process, model state), less `optim_bytes` for a plan that
+    offloads the optimizer state."""
+    def fixed_of(c: Candidate) -> int:
+        return fixed - (optim_bytes if c.optim_offload else 0)
+
     ratio: dict[tuple, float] = {}
     for m in measured[1:]:  # the baseline calibrated the raw predictions: its ratio is 1
-        p = raw.get(m.candidate.key)
-        if p is not None and p > fixed:
-            ratio[m.candidate.family] = max(0.0, m.peak_bytes - fixed) / (p - fixed)
+        p, f = raw.get(m.candidate.key), fixed_of(m.candidate)
+        if p is not None and p > f:
+            ratio[m.candidate.family] = max(0.0, m.peak_bytes - f) / (p - f)
     shared = statistics.median(ratio.values()) if ratio else None  # part of the error is every plan's (allocator)
     out = dict(raw)
     for c in cands:
         r = ratio.get(c.family, shared)
         if r is not None and raw.get(c.key) is not None:
-            out[c.key] = int(fixed + r * max(0, raw[c.key] - fixed))
+            out[c.key] = int(fixed_of(c) + r * max(0, raw[c.key] - fixed_of(c)))
     return out
 
 
@@ -286,13 +319,13 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
     base, info = measure(first, True)
     cands = expand(info)
     measured, done = [base], {base.candidate.key}
-    raw = {c.key: predict(base, info, c.key) for c in cands}
+    raw = {c.key: predict(base, info, c) for c in cands}
     fixed = info.start_bytes + info.state_bytes
     predicted = raw
     if not fits(base, usable):
         nxt: list = []
         while len(measured) <= limit:
-            predicted = corrected(raw, cands, measured, fixed)  # each measurement sharpens its family's
+            predicted = corrected(raw, cands, measured, fixed, info.optim_bytes)  # each measurement sharpens its family's
             best = choose(measured, usable)
             if best is not None and best.top >= FULL * usable:
                 break
@@ -318,7 +351,8 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
                 m.predicted_bytes = predicted.get(rest[0].key)
                 measured.append(m)
     base.predicted_bytes = raw.get(base.candidate.key)
-    return Search(budget, margin, measured, choose(measured, usable), time.perf_counter() - t0, info.state_bytes)
+    return Search(budget, margin, measured, choose(measured, usable), time.perf_counter() - t0, info.state_bytes,
+                  optim_bytes=info.optim_bytes)
 
 
 @dataclass
@@ -330,6 +364,7 @@ class Search:
     seconds: float
     state_bytes: Optional[int] = None  # gradients + optimizer state: what sharding would divide
     reused: bool = False  # read back from the run folder (a resume): nothing measured this time
+    optim_bytes: Optional[int] = None  # the optimizer state's share of state_bytes
 
     @property
     def usable(self) -> float:
@@ -346,20 +381,21 @@ class Search:
         return {"budget_bytes": self.budget, "margin": self.margin, "usable_bytes": int(self.usable),
                 "search_seconds": round(self.seconds, 2), "measured": [row(m) for m in self.measured],
                 "chosen": row(self.chosen) if self.chosen else None,
-                "state_bytes": self.state_bytes}
+                "state_bytes": self.state_bytes, "optim_bytes": self.optim_bytes}
 
 
 def from_record(rec: dict) -> Search:
     def m(r: dict) -> Measured:
         c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)),
                       r.get("policy", "attention"), r.get("offload", "off"), int(r.get("n_offloaded", 0)),
-                      r.get("eval_batch"), r.get("offload_blocks"))  # older records: the defaults
+                      r.get("eval_batch"), r.get("offload_blocks"), bool(r.get("chunked", False)),
+                      bool(r.get("optim_offload", False)))  # older records: the defaults
         return Measured(c, int(r["peak_bytes"]), float(r["step_seconds"]), float(r.get("seconds", 0)),
                         r.get("predicted_bytes"), r.get("cpu_seconds"), r.get("eval_peak_bytes"))
     measured = [m(r) for r in rec["measured"]]
     chosen = m(rec["chosen"]) if rec.get("chosen") else None
     return Search(int(rec["budget_bytes"]), float(rec["margin"]), measured, chosen, float(rec["search_seconds"]),
-                  rec.get("state_bytes"), reused=True)
+                  rec.get("state_bytes"), reused=True, optim_bytes=rec.get("optim_bytes"))
 
 
 def pareto(measured: Sequence[Measured]) -> list[Measured]:
@@ -368,25 +404,29 @@ def pareto(measured: Sequence[Measured]) -> list[Measured]:
 
 
 def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) -> str:
-    """Which lever goes further when no plan fits: sharding the model state (FSDP) over N ranks."""
+    """Which lever goes further when no plan fits: sharding the model state over N ranks, ZeRO-2 first
+    (distributed.strategy=zero2: gradients and optimizer state sharded, parameters whole; the step is
+    the same as one process's), FSDP when that is not enough (parameters too, gathered block by block)."""
     over = smallest.top - usable
-    sharded = state_bytes or 0  # what FSDP divides by N: gradients + optimizer state (+ parameters)
+    sharded = state_bytes or 0  # what ZeRO-2 divides by N: gradients + optimizer state
     if sharded > over:
         n = 2
         while sharded * (1 - 1 / n) < over:
             n *= 2
-        return (f"sharding gradients, optimizer state and parameters (distributed.strategy=fsdp under torchrun) "
-                f"over {n} ranks would save ~{fmt_bytes(sharded * (1 - 1 / n))} per rank")
-    return (f"sharding over ranks (distributed.strategy=fsdp) saves at most the model state "
-            f"({fmt_bytes(sharded)}), less than the {fmt_bytes(over)} over; use a smaller data.batch_size "
-            "(changes the maths) or a machine with more memory")
+        return (f"sharding gradients and optimizer state over {n} ranks (distributed.strategy=zero2 under torchrun; "
+                f"fsdp shards the parameters too) would save ~{fmt_bytes(sharded * (1 - 1 / n))} per rank")
+    return (f"sharding over ranks (distributed.strategy=zero2 or fsdp) saves at most the model state "
+            f"(~{fmt_bytes(sharded)} of gradients and optimizer state, as much again of parameters with fsdp), "
+            f"against the {fmt_bytes(over)} over; use a smaller data.batch_size (changes the maths) or a machine "
+            "with more memory")
 
 
 def none_fits_line(s: Search, batch: int) -> str:
     smallest = min(s.measured, key=lambda m: m.top)
     return (f"memory.budget={fmt_bytes(s.budget)}: no plan fits (usable {fmt_bytes(s.usable)} with "
             f"memory.budget_margin={s.margin:g}); the smallest peak measured was {fmt_bytes(smallest.top)} "
-            f"({smallest.candidate.describe(batch)}); {shard_hint(smallest, s.usable, s.state_bytes)}")
+            f"({smallest.candidate.describe(batch)}); "
+            f"{shard_hint(smallest, s.usable, s.state_bytes)}")
 
 
 def format_search(s: Search, batch: int) -> str:
@@ -435,13 +475,17 @@ def names_modules(cfg) -> bool:
 
 
 def applied(cfg, c: Candidate):
-    """`cfg` with the candidate's checkpointing, policy, offload, evaluation batch and precision (its
-    micro-batch count goes in the counters)."""
+    """`cfg` with the candidate's checkpointing, policy, offload, chunked loss, optimizer offload,
+    evaluation batch and precision (its micro-batch count goes in the counters)."""
     d = cfg.to_dict()
     d["memory"]["activation_checkpointing"] = c.ac_spec(cfg.memory.activation_checkpointing.model_dump()
                                                         if hasattr(cfg.memory.activation_checkpointing, "model_dump")
                                                         else cfg.memory.activation_checkpointing)
     d["memory"].update(checkpoint_policy=c.policy, activation_offload=c.offload, offload_blocks=c.offload_blocks)
+    if c.chunked:  # a lever the plan pulls; off in the plan: as the user configured it
+        d["memory"]["chunked_loss"] = "on"
+    if c.optim_offload:
+        d["memory"]["optimizer_offload"] = "on"
     if c.eval_batch is not None:
         d["memory"]["eval_batch_size"] = c.eval_batch
     d["precision"] = c.precision

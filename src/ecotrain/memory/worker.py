@@ -46,7 +46,8 @@ def worker(folder: Path) -> None:
         def on_fit_start(self, state):
             state.plan.raise_micro_batches(job["micro_batches"])  # the candidate's cut (exact accumulation)
             trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
-            self.state_bytes = trainable * 4 * (1 + _optim_states(cfg))  # fp32 gradients and optimizer state
+            self.optim_bytes = trainable * 4 * _optim_states(cfg)  # fp32 optimizer state
+            self.state_bytes = trainable * 4 + self.optim_bytes  # and fp32 gradients
             if state.device.type == "cuda":
                 gpu = memory_peaks(state.device)  # said before a step can fail
                 print(json.dumps({"worker_device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
@@ -72,11 +73,12 @@ def worker(folder: Path) -> None:
                    "reserved_bytes": peaks["gpu_peak_reserved_bytes"],
                    "micro_batches": state.plan.micro_batches,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
-                   "oom_recoveries": state.counters.oom_recoveries, "activations": {}, "n_blocks": 0}
+                   "optim_bytes": self.optim_bytes, "oom_recoveries": state.counters.oom_recoveries,
+                   "activations": {}, "n_blocks": 0, "chunkable": False}
             if job.get("eval_batches"):  # after the training peak is read
                 out["eval_peak_bytes"] = eval_peak(state, job["eval_batches"])
             if job["estimate"] and peak > job["usable"]:  # after the peaks are read: its forwards are not measured
-                out["activations"], out["n_blocks"] = estimates(Config.model_validate(job["estimate"]))
+                out["activations"], out["n_blocks"], out["chunkable"] = estimates(Config.model_validate(job["estimate"]))
             print(json.dumps(out), flush=True)
             os._exit(0)  # the plan's training steps are what is measured; no final evaluation
 
