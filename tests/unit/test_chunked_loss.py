@@ -2,13 +2,16 @@
 gradients of the whole-logits loss (float32, max relative difference <= 1e-5) and never holds them."""
 
 import copy
+import logging
+import sys
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ecotrain.memory.chunked_loss import (HeadInput, apply_chunked_loss, chunked_cross_entropy, find_head,
-                                          is_head_input)
+from ecotrain.memory.chunked_loss import (HeadInput, _liger_class, apply_chunked_loss, chunked_cross_entropy,
+                                          find_head, fused_loss, is_head_input)
 from ecotrain.errors import ConfigError
 from ecotrain.models.charlm import CharLM
 
@@ -91,3 +94,29 @@ def test_logits_never_whole():
         out = model(torch.randint(0, 4096, (2, 64)))
         chunked_cross_entropy(out, torch.randint(0, 4096, (2, 64)))
     assert max(sizes) <= model.head.weight.numel() < 2 * 64 * 4096  # the whole logits: 2*64*4096
+
+
+def test_liger_is_chosen_on_cuda_only_and_its_absence_is_one_line(monkeypatch, caplog):
+    """Which path the lever takes (no GPU here: the selection, not the kernel). A module standing in for
+    liger_kernel.transformers records what ecotrain would construct; None in sys.modules: not installed."""
+    made = []
+
+    class Fused:
+        def __init__(self, **kw):
+            made.append(kw)
+
+    fake = types.ModuleType("liger_kernel.transformers")
+    fake.LigerFusedLinearCrossEntropyLoss = Fused
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", fake)
+    _liger_class.cache_clear()
+    assert fused_loss("cpu", "mean") is None and not made  # CPU: ecotrain's own, Liger not even looked up
+    assert _liger_class.cache_info().currsize == 0
+    assert fused_loss("cuda", "none") is None  # per-token losses: ecotrain's own
+    assert isinstance(fused_loss("cuda", "sum"), Fused) and made == [{"ignore_index": -100, "reduction": "sum"}]
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", None)  # an import of it raises ImportError
+    _liger_class.cache_clear()
+    with caplog.at_level(logging.INFO, logger="ecotrain"):
+        assert fused_loss("cuda", "mean") is None and fused_loss("cuda", "mean") is None
+    said = [r.getMessage() for r in caplog.records if "Liger" in r.getMessage()]
+    assert len(said) == 1 and "pip install liger-kernel" in said[0] and "\n" not in said[0]
+    _liger_class.cache_clear()

@@ -15,17 +15,22 @@ head's weight gradient is summed chunk by chunk): tests/unit/test_chunked_loss.p
 difference <= 1e-5 in float32 on a tiny GPT.
 
 On CUDA with Liger Kernel installed (`pip install liger-kernel`), the same lever uses its fused
-linear cross-entropy (a Triton kernel) for mean and sum losses; written, not run here (no GPU was
-lent to this task), so only ecotrain's own path is tested.
+linear cross-entropy (a Triton kernel) for mean and sum losses (`fused_loss` chooses; without it, one
+log line, then ecotrain's own path); on CPU, and for per-token losses, ecotrain's own. Written, not
+run (no GPU was lent to this task): tests/unit/test_chunked_loss.py checks which path is chosen.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ecotrain.errors import ConfigError
+from ecotrain.log import log
 
 IGNORE = -100
 HEAD_NAMES = ("head", "lm_head", "output")  # the attribute a causal LM's vocabulary projection has
@@ -132,14 +137,24 @@ class _ChunkedCE(torch.autograd.Function):
                 None, None, None)
 
 
-def _liger(reduction: str):
-    if reduction not in ("mean", "sum"):
+def fused_loss(device_type: str, reduction: str) -> Optional[Callable]:
+    """The fused linear cross-entropy `loss(weight, hidden, targets, bias)` to use instead of ecotrain's
+    own: Liger Kernel's on CUDA for a mean or sum, when installed; None everywhere else."""
+    if device_type != "cuda" or reduction not in ("mean", "sum"):
         return None
-    try:  # an optional extra: Liger Kernel's fused linear cross-entropy (Triton, CUDA)
+    liger = _liger_class()
+    return None if liger is None else liger(ignore_index=IGNORE, reduction=reduction)
+
+
+@functools.cache  # tried once per process: the line below is said once
+def _liger_class():
+    try:  # an optional extra: Liger Kernel's fused linear cross-entropy (Triton, CUDA only)
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError:
+        log.info("memory.chunked_loss: Liger Kernel is not installed (pip install liger-kernel for its fused "
+                 "linear cross-entropy on CUDA); ecotrain's own chunked loss runs instead")
         return None
-    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE, reduction=reduction)
+    return LigerFusedLinearCrossEntropyLoss
 
 
 def chunked_cross_entropy(hidden: HeadInput, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -148,8 +163,8 @@ def chunked_cross_entropy(hidden: HeadInput, targets: torch.Tensor, reduction: s
     head, chunk = hidden.head, hidden.chunk
     h = hidden.as_subclass(torch.Tensor).flatten(0, -2)
     y = targets.reshape(-1).to(h.device)
-    fused = _liger(reduction) if h.is_cuda else None
-    if fused is not None:  # CUDA only, untested here
+    fused = fused_loss(h.device.type, reduction)
+    if fused is not None:  # CUDA only: not run here (no GPU)
         return fused(head.weight, h, y, head.bias)
     losses = _ChunkedCE.apply(h, head.weight, head.bias, y, chunk, _autocast_state(h.device.type))
     if reduction == "none":
