@@ -376,3 +376,26 @@ def co2e_intensity(country: Optional[str], override: Optional[float]) -> tuple[f
         return world_average(), "world", "CodeCarbon world average (set ledger.country for your grid)"
     except Exception:
         return 475.0, "world", "world average 475 g/kWh (IEA 2019; CodeCarbon's data unavailable)"
+
+
+def cpu_time_kwh(ledger: dict) -> Optional[float]:
+    """The run's energy with the wall-time terms counted over the time it held a CPU: a figure a busy
+    machine cannot inflate. Where a meter measured it (RAPL, NVML: `energy.method` measured), that
+    figure as it is. Where it is estimated (TDP x this process's CPU load, plus a RAM power x wall
+    time), the CPU part follows CPU-seconds already and the RAM part is scaled by the share of the
+    wall time the run was on a CPU (`cpu_seconds / (wall_seconds x threads)`, at most 1): a run that
+    waited for a core behind other processes is not charged RAM power for the wait. None without an
+    energy figure. A GPU run's figure is returned as it is."""
+    e = ledger.get("energy") or {}
+    kwh = e.get("kwh")
+    if kwh is None or e.get("method") == "measured" or (ledger.get("device") or {}).get("name") != "cpu":
+        return kwh  # metered, or a GPU run (its CPU time says nothing of its GPU's)
+    parts = e.get("components_kwh") or {}
+    whole = sum(float(v or 0.0) for v in parts.values())
+    wall, cpu = ledger.get("wall_seconds") or 0.0, ledger.get("cpu_seconds") or 0.0
+    threads = max(1, int((ledger.get("device") or {}).get("count") or 1))
+    if whole <= 0 or wall <= 0:
+        return kwh
+    busy = min(1.0, cpu / (wall * threads))
+    kept = float(parts.get("cpu") or 0.0) + float(parts.get("gpu") or 0.0) + float(parts.get("ram") or 0.0) * busy
+    return float(kwh) * kept / whole

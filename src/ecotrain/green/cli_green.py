@@ -41,15 +41,24 @@ def cmd_green(args, ctx) -> int:
     if fresh is not None:
         confirm_mod.check_seeds([args.seed, *checks], fresh)
     cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
-    if args.by in ("energy", "co2e") and (cfg.ledger.energy == "off" or not cfg.ledger.enabled):
+    metered = cfg.ledger.energy != "off" and cfg.ledger.enabled
+    if args.by is None:  # what is paid, measured; a recipe that measures no energy: counted FLOPs, said so
+        args.by = "energy" if metered else "flops"
+        if not metered:
+            print("ecotrain green: the recipe measures no energy (ledger.energy=off): ranking by counted FLOPs; "
+                  "--by cpu_seconds ranks by measured CPU time", flush=True)
+    if args.by in ("energy", "co2e") and not metered:
         raise ConfigError(f"--by {args.by}: the recipe does not measure energy (ledger.energy=off); use --by flops, "
                           "or turn ledger.energy on")
     out = Path(args.out or f"runs/{cfg.name}-green")
     levers = [x.strip() for x in args.levers.split(",") if x.strip()] if args.levers else None
     if args.margin is not None and not 0 <= args.margin <= args.tolerance:
         raise ConfigError(f"--margin {args.margin:g}: between 0 and the tolerance ({args.tolerance:g})")
+    if not (math.isfinite(args.calibrate) and 0 <= args.calibrate <= 1):
+        raise ConfigError(f"--calibrate {args.calibrate}: a fraction of the baseline's steps between 0 and 1 (e.g. 0.1)")
     opts = Options(args.recipe, overrides, out, args.tolerance, args.margin, args.trials, args.budget_runs, args.by,
-                   args.seed, levers, f"val_{args.metric}", preemption=ctx.preemption, check_seeds=tuple(checks))
+                   args.seed, levers, f"val_{args.metric}", preemption=ctx.preemption, check_seeds=tuple(checks),
+                   calibrate=args.calibrate)
 
     def shown(row):
         what = " ".join(row.overrides) if row.state != "skipped" else row.why
@@ -64,6 +73,8 @@ def cmd_green(args, ctx) -> int:
     design = search.spent
     costs = {"baseline (design seed)": base_cost, f"trials ({len(search.rows)})": sum(r.cost or 0.0 for r in search.rows),
              f"checks on design seeds {args.check_seeds} ({len(search.checks)} runs)": sum(c["cost"] for c in search.checks)}
+    if search.probes:
+        costs[f"calibration probes ({len(search.probes)})"] = sum(p["cost"] for p in search.probes)
     if search.chosen is None:
         output.write_html(out, search, args.tolerance, args.by, costs=costs)
         print(f"no trial kept {opts.metric} within {opts.allowed:g} of the baseline's; nothing written to "
@@ -93,10 +104,12 @@ def cmd_green(args, ctx) -> int:
     pruned = sum(r.state == "pruned" for r in search.rows)
     skipped = sum(r.state == "skipped" for r in search.rows)
     print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline, "
-          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained, and {len(search.checks)} check runs)"
+          f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained, {len(search.checks)} check runs"
+          f" and {len(search.probes)} calibration probes)"
           + (f", with the confirmation {total / base_cost:.2f}" if result else ""))
-    print(f"pays back after {payback} runs" if payback is not None else
-          "the green recipe saves nothing per run: the search never pays back")
+    print(f"pays back after {payback} production runs: the search's own {args.by} ({total:.3g}, {total / base_cost:.2f} "
+          f"baseline runs: every trial, check, probe and confirmation run) over the saving per run ({saving:.3g})"
+          if payback is not None else "the green recipe saves nothing per run: the search never pays back")
     write_json(out / "green.json", {
         "chosen": search.chosen.number, "overrides": search.chosen.overrides, "by": args.by,
         "check_deficit": search.chosen.check_deficit, "check_se": search.chosen.check_se, "check_seeds": checks,

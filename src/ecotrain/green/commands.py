@@ -26,8 +26,12 @@ def add_commands(sub) -> dict:
     g.add_argument("--seed", type=int, default=0, help="the design seed of the baseline and every trial (default 0)")
     g.add_argument("--check-seeds", default="1,2", help="more design seeds on which the cheapest feasible trials "
                    "are trained again before one is chosen (validation only; default 1,2; none: no check)")
-    g.add_argument("--by", default="flops", choices=["flops", "energy", "co2e", "cpu_seconds", "money"],
-                   help="the cost to minimise (default flops: counted; the others are measured)")
+    g.add_argument("--by", default=None, choices=["energy", "co2e", "money", "cpu_seconds", "flops"],
+                   help="the cost to minimise (default energy, or flops where the recipe measures none: "
+                   "ledger.energy=off); energy, CO2e, money and CPU-seconds are measured, each trial against a "
+                   "calibration probe of the baseline timed just before it; flops are counted")
+    g.add_argument("--calibrate", type=float, default=0.1, help="a calibration probe's length as a fraction of the "
+                   "baseline's steps (default 0.1; 0: no probes, every trial against the baseline's one run)")
     g.add_argument("--min-cost-cut", type=float, default=0.5, help="the confirmation's cost criterion, as compare's "
                    "(default 0.5)")
     g.add_argument("--levers", help="comma list of levers to search (default: every one that applies): "

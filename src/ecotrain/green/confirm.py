@@ -1,7 +1,8 @@
 """The chosen recipe and the baseline, confirmed on fresh seeds; the search's whole cost and its payback.
 
 Both sides train on the fresh seeds as `ecotrain fit --seeds` groups (sweep.fit_seeds, each test
-split read once, at the end of its run): the baseline as the recipe and overrides given, the green
+split read once, at the end of its run), in pairs seed by seed, the order flipped every other seed
+(A B, B A, ...), so the machine's load falls on both sides alike: the baseline as the recipe and overrides given, the green
 side as OUT/green.yaml itself, so what is confirmed is the file the user gets. The verdict is
 `ecotrain compare`'s (accounting/compare.py: means, 95% intervals, paired by seed). Nothing here
 feeds back into the choice.
@@ -58,7 +59,11 @@ def confirm(recipe: str, overrides: list[str], green_yaml: Path, out: Path, seed
     """`max_seeds`: until decided (decide.py): one more fresh seed per side per look, never one of
     `avoid` (the design seeds), up to `max_seeds` per side."""
     def train(ss: list[int]) -> tuple[list[str], list[str]]:
-        text = ",".join(map(str, ss))
+        sides = [(recipe, overrides, out / "confirm" / "baseline"), (str(green_yaml), [], out / "confirm" / "green")]
+        for i, seed in enumerate(ss):  # in pairs, the order flipped every other seed: A B, B A, ... (load on both)
+            for r, o, prefix in sides[:: 1 if i % 2 == 0 else -1]:
+                fit_group(r, o, prefix, str(seed), preemption)
+        text = ",".join(map(str, ss))  # every run is finished: the groups are written, nothing trains again
         base_g = fit_group(recipe, overrides, out / "confirm" / "baseline", text, preemption)
         green_g = fit_group(str(green_yaml), [], out / "confirm" / "green", text, preemption)
         return read_group(base_g), read_group(green_g)

@@ -3,8 +3,8 @@ of the baseline's, chosen on validation only (docs/green.md).
 
 1. The baseline (the recipe as given) trains on the design seed; its validation metric and its cost
    are the reference, its validation curve the yardstick the pruner reads.
-2. An Optuna study, stored in OUT/study.db (SQLite), minimises the cost (FLOPs by default, each
-   trial's own ledger) under the constraint `deficit <= tolerance` (TPE with `constraints_func`),
+2. An Optuna study, stored in OUT/study.db (SQLite), minimises the cost (measured energy by default,
+   each trial's own ledger; `--by co2e|money|cpu_seconds|flops`) under the constraint `deficit <= tolerance` (TPE with `constraints_func`),
    where the deficit is the baseline's validation metric minus the trial's. Every trial is an
    ordinary run in OUT/trials/tNNN (`fit(..., resume="auto")`).
 3. Pruning on intermediate validation figures: each trial evaluates at 25/50/75/100% of its
@@ -20,6 +20,16 @@ of the baseline's, chosen on validation only (docs/green.md).
    its own number and values (its run folder resumes from its checkpoint, exactly), and an
    intermediate figure it already reported is not reported again. Same history, same sampler seed,
    same suggestions: the resumed search gives the same trials and the same choice.
+
+A measured cost (energy, CO2e, money, CPU-seconds) moves with the machine's load, so a trial is
+never set against a baseline timed at another moment: before each trial a short calibration probe of
+the baseline (`calibrate` x its steps, as an ordinary run in OUT/probes) is timed, and the trial's
+ratio is its cost over the baseline's cost times the load factor, that probe's cost over the
+reference probe's (timed right after the baseline's own run): baseline, probe, trial, probe, trial,
+..., in pairs (A, B, A, B). Energy where no meter exists is CPU-time based (accounting/energy.py
+`cpu_time_kwh`: RAM power counted over the time the run held a CPU), so a run that waited for a core
+is not charged for the wait. The probes are part of the search's cost (its payback). FLOPs are
+counted: no probe.
 
 No test figure is read here: the trials' runs compute one (`fit` always does), the search reads
 `summary.json`'s validation metric and `ledger.json`'s cost only. Confirmation on fresh seeds is
@@ -38,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ecotrain.accounting.energy import cpu_time_kwh
 from ecotrain.accounting.report import (figure, lower_is_better, missing_reason, read_ledger,
                                        read_summary as report_summary)
 from ecotrain.callbacks import Callback
@@ -60,6 +71,8 @@ SLACK = 0.08  # the pruner's allowance above the tolerance at 0% of the schedule
 WARMUP = 50  # percent of the schedule before the pruner may act
 CHECK_RESERVE = 1.5  # baseline runs kept back per check seed: the baseline's run on it and the candidates
 BY = {"flops": "flops", "energy": "energy", "co2e": "co2e", "cpu_seconds": "cpu_seconds", "money": "cost"}
+CALIBRATE = 0.1  # a calibration probe trains this fraction of the baseline's steps (at least PROBE_MIN)
+PROBE_MIN = 20
 
 
 @dataclass
@@ -71,7 +84,7 @@ class Options:
     margin: Optional[float] = None  # the search keeps deficit <= tolerance - margin (None: half the tolerance)
     trials: int = 12
     budget_runs: float = 6.0  # the search's cost cap, in baseline runs (the baseline's own run included)
-    by: str = "flops"
+    by: str = "energy"
     seed: int = 0  # the design seed: the baseline and every trial train with it
     levers: Optional[list[str]] = None
     metric: str = "val_accuracy"
@@ -80,6 +93,7 @@ class Options:
     check_seeds: tuple = (1, 2)  # more design seeds for the cheapest feasible trials (`check`)
     check_top: int = 3  # how many of them, cheapest first, at most
     preemption: object = None
+    calibrate: float = CALIBRATE  # the probes' length as a fraction of the baseline's steps; 0: no probes
 
     @property
     def allowed(self) -> float:
@@ -106,6 +120,7 @@ class Row:
     why: str = ""
     check_deficit: Optional[float] = None  # mean deficit over every design seed (`check`), when checked
     check_se: Optional[float] = None  # its standard error
+    load_factor: Optional[float] = None  # the calibration probe before it over the reference probe (measured `by`)
 
 
 @dataclass
@@ -116,16 +131,19 @@ class Search:
     levers: list = field(default_factory=list)
     not_applied: dict = field(default_factory=dict)
     checks: list = field(default_factory=list)  # the runs of `check`: {run, cost, flops}
+    probes: list = field(default_factory=list)  # the calibration probes: {run, cost, flops}
     metric: str = "val_accuracy"  # the validation metric searched on (its direction: report.lower_is_better)
 
     @property
     def spent_flops(self) -> float:
-        return self.baseline["flops"] + sum(r.flops or 0.0 for r in self.rows) + sum(c["flops"] for c in self.checks)
+        return (self.baseline["flops"] + sum(r.flops or 0.0 for r in self.rows) + sum(c["flops"] for c in self.checks)
+                + sum(p["flops"] for p in self.probes))
 
     @property
     def spent(self) -> float:
-        """The search's cost in the `by` figure: the baseline's run, every trial, every check run."""
-        return self.baseline["cost"] + sum(r.cost or 0.0 for r in self.rows) + sum(c["cost"] for c in self.checks)
+        """The search's cost in the `by` figure: the baseline's run, every trial, check run and probe."""
+        return (self.baseline["cost"] + sum(r.cost or 0.0 for r in self.rows) + sum(c["cost"] for c in self.checks)
+                + sum(p["cost"] for p in self.probes))
 
 
 def _storage_errors() -> type:
@@ -156,13 +174,41 @@ def read_run(run_dir: Path, metric: str, by: str) -> dict:
         raise ConfigError(f"--metric {metric}: not in {run_dir}/summary.json (has "
                           f"{', '.join(k for k in summary if k.startswith('val_')) or 'no val_* figure'})")
     ledger = read_ledger(run_dir)
-    cost = figure(ledger, BY[by])
+    cost = cost_of(ledger, by)
     if cost is None:
         raise ConfigError(f"--by {by}: {run_dir}/ledger.json has no such figure ({missing_reason(ledger, BY[by])}); "
                           "use --by flops, or turn the measurement on")
     return {"run_dir": str(run_dir), "val": float(summary[metric]), "cost": float(cost),
             "flops": float(figure(ledger, "flops") or 0.0), "samples": int(ledger["samples"]),
             "stopped_because": summary.get("stopped_because")}
+
+
+def cost_of(ledger: dict, by: str) -> Optional[float]:
+    """The `by` figure the search ranks on: energy and CO2e CPU-time based where no meter measured them
+    (energy.cpu_time_kwh), the ledger's own figure otherwise."""
+    if by in ("energy", "co2e"):
+        kwh = cpu_time_kwh(ledger)
+        if by == "energy" or kwh is None:
+            return kwh
+        g = (ledger.get("co2e") or {}).get("g_per_kwh")
+        return None if g is None else kwh * g / 1000
+    return figure(ledger, BY[by])
+
+
+def probe(opts: Options, base_steps: int, name: str) -> Optional[dict]:
+    """A calibration probe: the baseline recipe for `calibrate` x its steps, timed now (module doc);
+    None for a counted `by` (FLOPs need no probe) or `calibrate` 0."""
+    if opts.by == "flops" or opts.calibrate <= 0:
+        return None
+    steps = max(PROBE_MIN, round(base_steps * opts.calibrate))
+    run_dir = opts.out / "probes" / name
+    train(opts.recipe, [*opts.overrides, f"seed={opts.seed}", f"loop.max_steps={steps}", "loop.max_epochs=null"],
+          run_dir, opts.preemption)
+    ledger = read_ledger(run_dir)
+    cost = cost_of(ledger, opts.by)
+    if cost is None or cost <= 0:
+        return None
+    return {"run": str(run_dir), "cost": float(cost), "flops": float(figure(ledger, "flops") or 0.0)}
 
 
 def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
@@ -298,6 +344,10 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     base = read_run(base_dir, opts.metric, opts.by)
     curve = val_curve(base_dir, opts.metric)
     search = Search(baseline=base, levers=levers, not_applied=not_applied, metric=opts.metric)
+    base_steps = int(read_summary(base_dir)["steps"])
+    reference = probe(opts, base_steps, "reference")  # timed right after the baseline's own run
+    if reference is not None:
+        search.probes.append(reference)
 
     logging.getLogger("optuna").setLevel(logging.WARNING)  # one line per trial is ours
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE
@@ -352,6 +402,10 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
                 trial.set_constraint("deficit", 0.0)
             study.tell(trial, predicted)
         else:
+            now = probe(opts, base_steps, f"p{number:03d}") if reference is not None else None
+            if now is not None:  # A, B: the baseline's probe, then the trial, under the same load
+                search.probes.append(now)
+                row.load_factor = now["cost"] / reference["cost"]
             _run_trial(opts, trial, row, base, curve, seeded, reported)
             state = optuna.trial.TrialState.PRUNED if row.state == "pruned" else None
             if state is None:
@@ -419,13 +473,13 @@ def _run_trial(opts: Options, trial, row: Row, base: dict, curve, seeded: list[s
     got = read_run(run_dir, opts.metric, opts.by)
     sign = 1.0 if higher_is_better(opts.metric) else -1.0
     row.run_dir, row.cost, row.flops, row.val = str(run_dir), got["cost"], got["flops"], got["val"]
-    row.ratio = got["cost"] / base["cost"]
+    row.ratio = got["cost"] / (base["cost"] * (row.load_factor or 1.0))  # the baseline's cost under this load
     row.deficit = sign * (base["val"] - got["val"])
     pruned = got["stopped_because"] == "pruned"
     row.state = "pruned" if pruned else "complete"
     row.feasible = not pruned and row.deficit <= opts.allowed + 1e-12
     for k, v in {"cost": row.cost, "ratio": row.ratio, "flops": row.flops, "val": row.val, "deficit": row.deficit,
-                 "violation": row.deficit - opts.allowed, "pruned": pruned}.items():
+                 "violation": row.deficit - opts.allowed, "pruned": pruned, "load_factor": row.load_factor}.items():
         trial.set_user_attr(k, v)
     if _set_constraint():
         trial.set_constraint("deficit", row.deficit - opts.allowed)
@@ -438,4 +492,4 @@ def _row_of(t) -> Row:
     return Row(t.number, state, space.values(t.params), list(a.get("overrides", [])), a.get("cost"), a.get("ratio"),
                a.get("flops"), a.get("val"), a.get("deficit"),
                feasible=state == "complete" and a.get("violation", 1.0) <= 1e-12, run_dir=a.get("run_dir"),
-               why=a.get("skipped", ""))
+               why=a.get("skipped", ""), load_factor=a.get("load_factor"))

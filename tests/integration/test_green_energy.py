@@ -1,0 +1,31 @@
+"""`ecotrain green` ranks by measured energy by default: each trial is timed against a calibration probe
+of the baseline trained just before it (A, B), the probes are in the search's cost, and the ratio is the
+trial's CPU-time based energy over the baseline's under the probe's load factor."""
+
+import json
+
+from ecotrain.accounting.energy import cpu_time_kwh
+from ecotrain.cli import main
+from tests.helpers.runs import write_recipe
+
+TINY = {"name": "tiny", "data": {"name": "digits", "batch_size": 32, "val_split": 0.2},
+        "model": {"name": "mlp", "kwargs": {"hidden": [16]}}, "optim": {"lr": 0.01},
+        "loop": {"max_steps": 60, "max_epochs": None, "log_every": 10, "eval_every": 15},
+        "logging": {"progress": "off"}}
+
+
+def test_green_by_energy_pairs_each_trial_with_a_probe_of_the_baseline(tmp_path, capsys):
+    recipe, out = write_recipe(tmp_path, TINY), tmp_path / "g"
+    main(["green", str(recipe), "--tolerance", "1", "--margin", "0", "--levers", "schedule", "--trials", "1",
+          "--check-seeds", "none", "--seeds-confirm", "0", "--out", str(out), "--calibrate", "0.5"])
+    text = capsys.readouterr().out
+    trials = json.loads((out / "trials.json").read_text())
+    g = json.loads((out / "green.json").read_text())
+    assert g["by"] == "energy" and "calibration probes (2)" in g["costs"]
+    probes = sorted(p.name for p in (out / "probes").iterdir())
+    assert probes == ["p000", "reference"]
+    kwh = {p: cpu_time_kwh(json.loads((out / "probes" / p / "ledger.json").read_text())) for p in probes}
+    row = trials["trials"][0]
+    base = cpu_time_kwh(json.loads((out / "baseline" / "ledger.json").read_text()))
+    assert abs(row["cost_ratio"] - row["cost"] / (base * kwh["p000"] / kwh["reference"])) < 1e-9
+    assert "pays back after" in text or "never pays back" in text
