@@ -17,7 +17,8 @@ TINY = {"name": "tiny", "data": {"name": "digits", "batch_size": 32, "val_split"
 def test_green_by_energy_pairs_each_trial_with_a_probe_of_the_baseline(tmp_path, capsys):
     recipe, out = write_recipe(tmp_path, TINY), tmp_path / "g"
     main(["green", str(recipe), "--tolerance", "1", "--margin", "0", "--levers", "schedule", "--trials", "1",
-          "--check-seeds", "none", "--seeds-confirm", "0", "--out", str(out), "--calibrate", "0.5"])
+          "--check-seeds", "none", "--seeds-confirm", "0", "--out", str(out), "--calibrate", "0.5",
+          "--plan-region", "SE"])
     text = capsys.readouterr().out
     trials = json.loads((out / "trials.json").read_text())
     g = json.loads((out / "green.json").read_text())
@@ -29,3 +30,13 @@ def test_green_by_energy_pairs_each_trial_with_a_probe_of_the_baseline(tmp_path,
     base = cpu_time_kwh(json.loads((out / "baseline" / "ledger.json").read_text()))
     assert abs(row["cost_ratio"] - row["cost"] / (base * kwh["p000"] / kwh["reference"])) < 1e-9
     assert "pays back after" in text or "never pays back" in text
+    # the plan: model and data measured, region / timing / spot modelled, summed into CO2e and money
+    plan = json.loads((out / "plan.json").read_text())
+    fams = {f["family"]: f for f in plan["families"]}
+    assert list(fams) == ["model and data", "grid region", "carbon-aware timing", "spot capacity"]
+    assert fams["model and data"]["kind"] == "measured" and fams["grid region"]["co2e"] < 1  # Sweden's grid
+    spot = fams["spot capacity"]
+    assert spot["restart_seconds"] > 0 and abs(spot["money"] - 0.35 * (1 + spot["overhead"])) < 1e-12
+    model_co2e = fams["model and data"]["co2e"]["ratio"]
+    assert abs(plan["total"]["co2e"]["ratio"] - model_co2e * fams["grid region"]["co2e"] * spot["co2e"]) < 1e-9
+    assert "| total co2e |" in (out / "plan.md").read_text() and "three families" in (out / "green.html").read_text()

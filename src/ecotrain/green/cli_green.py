@@ -12,6 +12,7 @@ from ecotrain.config_carbon import cli_overrides
 from ecotrain.errors import ConfigError
 from ecotrain.green import confirm as confirm_mod
 from ecotrain.green import output
+from ecotrain.green import plan as plan_mod
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.search import BY, Options, run_search
 from ecotrain.rundir import write_json
@@ -21,6 +22,10 @@ from ecotrain.sweep import parse_seeds
 def cmd_green(args, ctx) -> int:
     """`ctx`: the CLI's CommandContext; every run of the search and the confirmation trains under its
     `preemption` (the stop-signal handler)."""
+    for flag, value in (("--spot-price-ratio", args.spot_price_ratio),
+                        ("--preemptions-per-hour", args.preemptions_per_hour)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{flag} {value}: give a finite number >= 0")
     for flag, value in (("--tolerance", args.tolerance), ("--budget-runs", args.budget_runs),
                         ("--min-cost-cut", args.min_cost_cut), ("--margin", args.margin)):
         if value is not None and not math.isfinite(value):  # NaN passed every `<` check below, and failed them all later
@@ -100,7 +105,10 @@ def cmd_green(args, ctx) -> int:
     total = sum(costs.values())
     payback = confirm_mod.payback_runs(total, saving)
     costs["total"] = total
-    html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs)
+    the_plan = plan_mod.write_plan(out, search, result, args.recipe, overrides, args.seed, args.plan_region,
+                                   args.carbon_forecast, args.deadline, args.spot_price_ratio,
+                                   args.preemptions_per_hour, cfg.checkpoint.every_minutes)
+    html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs, the_plan)
     pruned = sum(r.state == "pruned" for r in search.rows)
     skipped = sum(r.state == "skipped" for r in search.rows)
     print(f"\nsearch cost ({args.by}): design {design / base_cost:.2f} baseline runs (the baseline, "
@@ -125,5 +133,9 @@ def cmd_green(args, ctx) -> int:
         "cost_ratio": result.cost_ratio if result else None,
         "drop": {"mean": result.drop.mean, "low": result.drop.low, "high": result.drop.high, "n": result.drop.n}
         if result else None})
+    for row in plan_mod.lines(the_plan):
+        if row[0].startswith("total"):
+            print(f"plan, {row[0]}: {row[2]} ({row[4]})")
+    print(f"plan: {out / 'plan.md'} (model and data measured; region, timing and spot price modelled)")
     print(f"report: {html}")
     return 0 if result is None or result.passed else 1

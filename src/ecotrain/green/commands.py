@@ -43,6 +43,12 @@ def add_commands(sub) -> dict:
                    "(passed to each run as carbon.forecast; docs/green.md)")
     g.add_argument("--deadline", help="with --carbon-forecast: each run's deadline (ISO time, or a duration "
                    "from its start such as 12h)")
+    g.add_argument("--plan-region", metavar="COUNTRY", help="the plan's grid region (a country code, e.g. SE): its "
+                   "intensity against the run's, modelled from CodeCarbon's data (plan.json; green/plan.py)")
+    g.add_argument("--spot-price-ratio", type=float, default=0.35, help="the plan's spot price as a fraction of "
+                   "on-demand (modelled; default 0.35)")
+    g.add_argument("--preemptions-per-hour", type=float, default=0.2, help="the plan's spot preemption rate per "
+                   "training hour (modelled; default 0.2); what one costs is measured on the search's runs")
     return {"green": "ecotrain.green.cli_green:cmd_green"}  # command -> "module:function" (cli.py)
 
 

@@ -99,7 +99,7 @@ def pareto_plot(search, tolerance: float, by: str) -> str:
 
 
 def write_html(out: Path, search, tolerance: float, by: str, confirmation=None, payback: Optional[int] = None,
-               costs: Optional[dict] = None) -> Path:
+               costs: Optional[dict] = None, plan: Optional[dict] = None) -> Path:
     body = []
     chosen = search.chosen
     lines = [f"baseline: validation {search.baseline['val']:.4f}, {by} {fmt(search.baseline['cost'])}",
@@ -127,6 +127,13 @@ def write_html(out: Path, search, tolerance: float, by: str, confirmation=None, 
         cls = "pass" if confirmation.verdict == "PASS" else "fail"
         body.append(f'<section><h2>Confirmed on fresh seeds: <span class="{cls}">{e(confirmation.verdict)}</span></h2>'
                     f"<pre>{e(confirmation.report)}</pre></section>")
+    if plan is not None:
+        from ecotrain.green.plan import lines
+
+        body.append("<section><h2>The plan: CO2e and money, three families</h2>"
+                    + f"<p>{e(plan['note'])}</p>"
+                    + table(["family", "measured or modelled", "CO2e", "money", "how"],
+                            [list(r) for r in lines(plan)]) + "</section>")
     rows = [[r["trial"], r["state"], fmt(r["cost_ratio"]), fmt(r["val"]), fmt(r["deficit"]), fmt(r["check_deficit"]),
              r["overrides"] if r["state"] != "skipped" else r["note"]] for r in rows_of(search)]
     body.append("<section><h2>Trials</h2>" + table(["trial", "state", "cost x", "val", "deficit",
