@@ -208,7 +208,8 @@ def check_methods_fit(methods: Methods, task, bundle: DataBundle, started_from=N
         if "xy" in needs and task.name not in ("classification", "language_model", "sequence", "user"):
             raise ConfigError(f"methods: '{m.key}' needs (x, y) batches of a classification task; this run's task "
                               f"is '{task.name}' (set task.name, or drop the method)")
-        if "xy" in needs and bundle.sample is not None and not _is_xy(bundle.sample):
+        dicts = getattr(m, "dicts", False) and isinstance(bundle.sample, Mapping)  # token dicts (replay, lwf)
+        if "xy" in needs and bundle.sample is not None and not _is_xy(bundle.sample) and not dicts:
             raise ConfigError(f"methods: '{m.key}' needs (x, y) tensor batches; this data's batches are "
                               f"{describe_batch(bundle.sample)}")
         if isinstance(bundle.train, LoaderSource) and overrides(m, "data"):

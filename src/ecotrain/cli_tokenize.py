@@ -15,9 +15,12 @@ def cmd_tokenize(args, ctx) -> int:
     if blocked is not None:
         raise DataError(f"--out {args.out}: {blocked} is a file, so no folder can be made under it; choose another path")
     t = time.perf_counter()
-    meta = tokenize_corpus(args.corpus, args.out, args.vocab_size, args.tokenizer, args.val_share, args.test_share)
+    meta = tokenize_corpus(args.corpus, args.out, args.vocab_size, args.tokenizer, args.val_share, args.test_share,
+                           args.tokenizer_from)
     ctx.committed()
     counts = ", ".join(f"{s} {meta.tokens[s]:,} tokens ({meta.documents[s]:,} documents)" for s in meta.files)
-    print(f"{args.out}: {counts}; vocabulary {meta.vocab_size:,} ({meta.dtype}), end of document {meta.eod} "
+    per = f", {meta.bytes / sum(meta.tokens.values()):.2f} bytes a token" if meta.bytes else ""
+    origin = f" (the tokenizer of {args.tokenizer_from})" if args.tokenizer_from else ""
+    print(f"{args.out}: {counts}; vocabulary {meta.vocab_size:,} ({meta.dtype}){origin}{per}, end of document {meta.eod} "
           f"({time.perf_counter() - t:.1f} s); train with data.name=tokens:{args.out}")
     return 0

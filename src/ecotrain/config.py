@@ -84,10 +84,11 @@ class DataConfig(_Section):
     def _workers_options(self) -> "DataConfig":
         if self.persistent_workers and self.workers == 0:
             raise ValueError("persistent_workers needs data.workers > 0")
-        if self.kwargs and (self.name in ("digits", "npz", "csv") or self.name.startswith(("hf:", "parquet:", "shards:"))):
+        if self.kwargs and (self.name in ("digits", "npz", "csv") or self.name.startswith(("hf:", "parquet:"))):
             # these read none: a kwarg here (data.kwargs.num_samples=500 for digits) was silently ignored
+            # (shards: of .bin token files take the tokens: options; tar/Parquet shards refuse them at load)
             raise ValueError(f"data.kwargs {sorted(self.kwargs)}: data.name={self.name} takes none (they are for "
-                             "mnist1d, text and an import-path Dataset); remove them")
+                             "mnist1d, text, tokens:, .bin shards and an import-path Dataset); remove them")
         return self
 
     @field_validator("num_samples")

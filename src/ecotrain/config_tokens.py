@@ -31,6 +31,8 @@ class TokensOptions(Section):
     attention: Literal["causal", "document"] = "causal"
     val: Optional[str] = None  # a validation token file (None: tokens.json's, else the stream's tail)
     test: Optional[str] = None  # a test token file (None: tokens.json's, else a slice of the stream)
+    # UTF-8 bytes of text per token, for bits per byte (None: tokens.json's bytes over its tokens, else no bpb)
+    bytes_per_token: Optional[float] = Field(None, gt=0, le=1 << 20)
 
 
 class TokensMeta(Section):
@@ -45,6 +47,7 @@ class TokensMeta(Section):
     files: dict[Literal["train", "val", "test"], str] = Field(default_factory=dict)
     tokens: dict[Literal["train", "val", "test"], int] = Field(default_factory=dict)
     documents: dict[Literal["train", "val", "test"], int] = Field(default_factory=dict)
+    bytes: Optional[int] = Field(None, ge=0)  # UTF-8 bytes of every document tokenized (all splits): bits per byte
 
 
 def first_error(exc: ValidationError, prefix: str) -> str:

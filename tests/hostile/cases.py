@@ -553,7 +553,7 @@ CASES += [
          ["b.parquet", "schema differs from a.parquet", "column 'b'"],
          both(parquet("p/a.parquet", **SHARD), parquet("p/b.parquet", a=X[:, 0], b=Y, label=Y)), absent=NO_RUN),
     Case("shards_pattern_matches_nothing", [*FIT, "data.name=shards:{tmp}/s/train-*.tar", *RUN], 2,
-         ["shards:", "matches no .tar or .parquet file"], write("s/notes.txt", "hello"), absent=NO_RUN),
+         ["shards:", "matches no .tar, .parquet or .bin file"], write("s/notes.txt", "hello"), absent=NO_RUN),
     Case("shards_brace_range_names_a_missing_shard", [*FIT, "data.name=shards:{tmp}/s/t-{0..2}.tar", *RUN], 2,
          ["no such shard file or folder", "t-2.tar"], both(tars("s/t-0.tar"), tars("s/t-1.tar")), absent=NO_RUN),
     Case("shards_tar_truncated", [*FIT, "data.name=shards:{tmp}/s", *RUN], 2,

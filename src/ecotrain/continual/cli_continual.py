@@ -43,6 +43,15 @@ def cmd_update(args, ctx) -> int:
                          average=average)
     out = update(args.registry, args.base, args.data, args.overrides, opts, ctx.preemption)
     m = out.meta["metrics"]
+    if out.meta.get("task") == "language_model":  # perplexities, lower is better (continual/lm.py)
+        before = m["base"]["tasks"]
+        for t, p in m["tasks"].items():
+            print(f"{t}: perplexity {before[t]:.4f} -> {p:.4f}")
+        ratio = m.get("forgetting_ppl_ratio")
+        print(f"average_perplexity={m['average_perplexity']:.4f} new_ppl_ratio={m['new_ppl_ratio']:.4f}"
+              + (f" forgetting_ppl_ratio={ratio:.4f}" if ratio is not None else ""))
+        print(f"{out.version}: {out.reason}")
+        return 0 if out.promoted else 1
     print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
     avg_f = m.get("average_forgetting")
     print(f"average_accuracy={m['average_accuracy']:.4f}" + (f" average_forgetting={avg_f:.4f}" if avg_f is not None

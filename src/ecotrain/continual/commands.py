@@ -9,15 +9,18 @@ REGISTRY_HELP = "the registry: a folder (default ./registry), or mlflow:TRACKING
 
 def add_commands(sub) -> dict:
     u = sub.add_parser("update", help="train a new version from BASE on NEW_DATA, gate it, promote or reject it")
-    u.add_argument("base", metavar="BASE_VERSION", help="a version name (v0002) or `current`")
-    u.add_argument("data", metavar="NEW_DATA", help=".npz: x, y [, x_test, y_test, cohort, cohort_test]")
+    u.add_argument("base", metavar="BASE_VERSION", help="a version name (v0002), `current`, or a finished run folder "
+                   "(registered first when the registry is empty)")
+    u.add_argument("data", metavar="NEW_DATA", help=".npz: x, y [, x_test, y_test, cohort, cohort_test]; a language "
+                   "model's: tokens:DIR, tokens:FILE.bin, shards:PATTERN or text")
     u.add_argument("overrides", nargs="*", help="dotted overrides of the base's config, e.g. "
                    "'methods=[{name: replay}]' loop.max_steps=200")
     u.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     u.add_argument("--recipe", help="train with this recipe instead of the base version's config")
     u.add_argument("--tolerance", type=float, default=0.02, help="largest allowed drop of the holdout's average "
-                   "accuracy (default 0.02)")
-    u.add_argument("--min-gain", type=float, default=0.0, help="the recent slice must improve by more (default 0)")
+                   "accuracy (default 0.02); a language model's: largest relative rise of its perplexity (0.02: 2%%)")
+    u.add_argument("--min-gain", type=float, default=0.0, help="the recent slice must improve by more (default 0; "
+                   "a language model's perplexity: relative fall)")
     u.add_argument("--cap", type=float, help="kappa: largest drop allowed on any one holdout slice on its own "
                    "(default: none, the average's --tolerance only)")
     u.add_argument("--average", metavar="ALPHAS", help="weight averaging: the trained model averaged with the base, "

@@ -103,3 +103,34 @@ def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: Gate
 def _mean(values) -> Optional[float]:
     vals = list(values)
     return round(sum(vals) / len(vals), 6) if vals else None
+
+
+def decide_perplexity(base: dict, cand: dict, holdout: list[str], recent: str, policy: GatePolicy
+                      ) -> tuple[bool, str]:
+    """(promote?, reason) from the two models' per-slice perplexities, lower is better: the recent
+    slice must fall by more than `min_gain` (relative: 0.05 = 5% lower), the holdout's average
+    perplexity may rise by `tolerance` at most (relative: 0.02 = 2% higher; its ratio after/before is
+    the update's forgetting_ppl_ratio), and with `cap` no holdout slice alone by more than `cap`."""
+    fall = 1 - cand[recent] / base[recent]
+    new_txt = (f"recent '{recent}' perplexity {base[recent]:.4g} -> {cand[recent]:.4g} (fall {fall:+.2%}, min "
+               f"{policy.min_gain:.2%})")
+    if holdout:
+        b_old, c_old = _mean(base[t] for t in holdout), _mean(cand[t] for t in holdout)
+        rise = c_old / b_old - 1
+        old_txt = (f"holdout perplexity {b_old:.4g} -> {c_old:.4g} (rise {rise:+.2%}, tolerance "
+                   f"{policy.tolerance:.2%})")
+    else:
+        rise, old_txt = 0.0, "no holdout yet"
+    if fall <= policy.min_gain + 1e-12:
+        return False, f"rejected: the recent slice did not improve: {new_txt}; {old_txt}"
+    if rise > policy.tolerance + 1e-12:
+        return False, f"rejected: forgets the holdout: {old_txt}; {new_txt}"
+    if policy.cap is not None and holdout:
+        worst = max(holdout, key=lambda t: cand[t] / base[t])
+        hit = cand[worst] / base[worst] - 1
+        cap_txt = (f"'{worst}' perplexity {base[worst]:.4g} -> {cand[worst]:.4g} (rise {hit:+.2%}, cap "
+                   f"{policy.cap:.2%})")
+        if hit > policy.cap + 1e-12:
+            return False, f"rejected: damages one old slice beyond the cap: {cap_txt}; {new_txt}; {old_txt}"
+        old_txt += f"; largest single rise {cap_txt}"
+    return True, f"promoted: {new_txt}; {old_txt}"

@@ -13,7 +13,7 @@ side by side: with `mlflow:` nothing is written to a registry folder.
   current               the alias `champion`; the newest candidate holds `challenger`
   history, other keys   registered-model tags `ecotrain.history` (the last HISTORY_KEEP entries) and
                         `ecotrain.index.<key>` (JSON), e.g. `cohorts`
-  gate figures          model-version tags `gate.<key>` and `accuracy.<slice>`; the version run's metrics
+  gate figures          model-version tags `gate.<key>` and `accuracy.<slice>` (`perplexity.<slice>`); the version run's metrics
   evaluation slices     `data/<id>/` artifacts of one run per registered model (`ecotrain.slices_run`),
                         content-addressed like the folder registry's data/
 
@@ -131,9 +131,10 @@ def figure_tags(meta: dict) -> dict[str, str]:
     metrics = meta.get("metrics") or {}
     tags = {_safe(f"gate.{k}"): str(v) if isinstance(v, str) else json.dumps(v)
             for k, v in (metrics.get("gate") or {}).items()}
+    figure = "perplexity" if meta.get("task") == "language_model" else "accuracy"  # continual/lm.py
     for task, acc in (metrics.get("tasks") or {}).items():
-        tags[_safe(f"accuracy.{task}")] = f"{acc:.4f}"
-    for key in ("average_accuracy", "average_forgetting"):
+        tags[_safe(f"{figure}.{task}")] = f"{acc:.4f}"
+    for key in ("average_accuracy", "average_forgetting", "average_perplexity", "forgetting_ppl_ratio"):
         if isinstance(metrics.get(key), (int, float)):
             tags[key] = f"{metrics[key]:.4f}"
     return tags

@@ -33,9 +33,15 @@ def _model(target: str, registry: str):
         reg = open_registry(registry)
         name = reg.resolve(target)
         meta = reg.read_meta(name)
+        if meta.get("task") == "language_model":
+            raise ConfigError(f"review-queue: {name} is a language model; the queue ranks a classifier's labelled "
+                              "examples")
         return load_version_model(reg, name), tuple(meta["input_shape"]), meta["num_classes"]
 
     t = load_trained(target, "cpu")
+    if t.is_lm:
+        raise ConfigError(f"review-queue: {target} is a language model; the queue ranks a classifier's labelled "
+                          "examples")
     return t.model, tuple(t.bundle.input_shape), t.bundle.num_classes
 
 

@@ -83,7 +83,9 @@ class Deployment:
         if idx["versions"][base].get("cohort") is not None:
             raise ConfigError(f"{base} serves cohort {idx['versions'][base]['cohort']}; give the base version "
                               "(`current`) and pick the cohort with --cohort")
-        reg.read_meta(base)  # verified (manifest, checksums) before its files are read
+        if reg.read_meta(base).get("task") == "language_model":  # verified (manifest, checksums) first
+            raise ConfigError(f"{base} is a language model; the registry serves classifiers' predictions (run "
+                              "`ecotrain predict` on a run folder to continue prompts)")
         # a cohort's version was trained on a base: after `current` moved (a rollback, a promotion) the
         # versions made on another base are not served (the base reads their cohort) until re-made on it
         cohorts = {c: n for c, n in idx["cohorts"].items() if reg.read_meta(n).get("parent") == base}

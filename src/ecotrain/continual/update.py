@@ -34,6 +34,7 @@ from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict
 from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
                                         read_incoming, recent_split)
 from ecotrain.continual.labels import contradicted, contradictions, load_label_map
+from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
@@ -113,8 +114,10 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
 def update(registry: str | Path, base: str, data: str | Path, overrides: list[str], opts: UpdateOptions,
            preemption=None) -> Outcome:
     reg = open_registry(registry)
-    base = reg.resolve(base)
+    base = base_of(reg, registry, base)
     base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
+    if is_lm(base_meta):  # a language model: token data, perplexity gate (continual/lm.py)
+        return update_lm(reg, base, base_meta, data, overrides, opts, preemption)
     if base_meta.get("cohort") is not None:
         raise ConfigError(f"{base} is cohort {base_meta['cohort']}'s version; update from the base version "
                           f"(`current`) with --cohort {base_meta['cohort']}")
@@ -181,6 +184,25 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return outcome
+
+
+def base_of(reg, registry, base: str) -> str:
+    """BASE as a version name: a version or `current`, or a finished run folder (`ecotrain update RUN`):
+    registered first when the registry is empty, else the version registered from it."""
+    run = Path(base)
+    if not (run.is_dir() and (run / "config.yaml").is_file()):
+        return reg.resolve(base)
+    idx = reg.index()
+    if not idx["versions"]:
+        out = register_run(registry, run)
+        log.info(f"update: {run} registered as {out.version} ({out.reason})")
+        return out.version
+    where = str(run.resolve())
+    for name in sorted(idx["versions"], reverse=True):
+        if str(Path((reg.read_meta(name).get("data") or {}).get("run") or "/nonexistent").resolve()) == where:
+            return name
+    raise ConfigError(f"BASE {run}: a run folder, and the registry {reg.where} holds versions none of which was "
+                      f"registered from it; register it first (`ecotrain versions add {run}`) or give a version")
 
 
 def choose_average(base_model, cand, holdout: list[Slice], recent: Slice, opts: UpdateOptions):
@@ -288,8 +310,10 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
     if trained.prefix or not (run / "model.safetensors").is_file():
         raise ConfigError(f"{run}: give a finished run folder (config.yaml + model.safetensors), not a checkpoint")
-    if trained.is_lm or trained.bundle.num_classes is None:
-        raise ConfigError(f"{run}: the registry holds classifiers; this run is not one")
+    if trained.is_lm:  # a language model: token windows, perplexity (continual/lm.py)
+        return register_lm_run(reg, run, trained, slice_name, data)
+    if trained.bundle.num_classes is None:
+        raise ConfigError(f"{run}: the registry holds classifiers and language models; this run is neither")
     bundle, model = trained.bundle, trained.model
     shape, k = tuple(bundle.input_shape), int(bundle.num_classes)
     if data is not None:

@@ -26,7 +26,7 @@ from ecotrain.data.shards import load_parquet, load_shards
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.data.text import load_text
-from ecotrain.data.tokens import load_tokens
+from ecotrain.data.tokens import load_token_shards, load_tokens
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.userpath import user_path
 
@@ -367,6 +367,8 @@ def load_data(cfg: Config) -> DataBundle:
         return load_text(cfg)
     if name.startswith("tokens:"):  # token files, memory-mapped, split by position (data/tokens.py)
         return load_tokens(cfg)
+    if name.startswith("shards:") and (tokens := load_token_shards(cfg)) is not None:  # .bin token shards
+        return tokens
     own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv, tables)
     if name in BUILTIN:
         try:

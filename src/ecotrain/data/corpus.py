@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from ecotrain.config_tokens import SIDECAR, TokensMeta
-from ecotrain.data.tokenizer import TOKENIZER_FILE, make_tokenizer
+from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.errors import DataError
 from ecotrain.rundir import atomic_write, fsync_dir
 from ecotrain.userpath import user_path
@@ -104,8 +104,10 @@ class _Writer:
 
 
 def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe", val_share: float = 0.1,
-                    test_share: float = 0.0) -> TokensMeta:
-    """Train a tokenizer on `corpus` and write OUT/{train,val,test}.bin, tokenizer.json and tokens.json."""
+                    test_share: float = 0.0, tokenizer_from=None) -> TokensMeta:
+    """Train a tokenizer on `corpus` (or take the one saved at `tokenizer_from`: a tokenizer.json, or a
+    run, version or tokenized folder holding one) and write OUT/{train,val,test}.bin, tokenizer.json
+    and tokens.json (with `bytes`, the UTF-8 bytes of every document: bits per byte)."""
     for name, share in (("--val-share", val_share), ("--test-share", test_share)):
         if not 0 <= share < 1:
             raise DataError(f"tokenize: {name} {share} must be at least 0 and below 1")
@@ -120,8 +122,12 @@ def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe",
         raise DataError(f"tokenize: {n_docs} documents are too few for the validation and test shares; "
                         "give more documents or smaller --val-share/--test-share")
     n_train = n_docs - n_val - n_test
-    train_docs = (d for i, d in enumerate(documents(files)) if i < n_train)
-    tok = make_tokenizer(tokenizer, train_docs, vocab_size)
+    if tokenizer_from is not None:  # another corpus's tokenizer: the same ids for the same text
+        tok = load_tokenizer(user_path(tokenizer_from, "--tokenizer-from", "give a tokenizer.json, or a run, "
+                                       "version or tokenized folder holding one", folder=True, error=DataError))
+    else:
+        train_docs = (d for i, d in enumerate(documents(files)) if i < n_train)
+        tok = make_tokenizer(tokenizer, train_docs, vocab_size)
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out = Path(out)
     try:
@@ -135,8 +141,10 @@ def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe",
         splits = ["train"] + (["val"] if n_val or (n_docs == 1 and val_share) else []) + \
                  (["test"] if n_test or (n_docs == 1 and test_share) else [])
         writers = {s: _Writer(tmp / f"{s}.bin", dtype) for s in splits}
+        n_bytes = 0
         for i, text in enumerate(documents(files)):
             split = "train" if i < n_train else "val" if i < n_train + n_val else "test"
+            n_bytes += len(text.encode("utf-8"))
             writers[split].add(tok.encode(text) + [tok.eod])
             writers[split].docs += 1
         for w in writers.values():
@@ -145,7 +153,7 @@ def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe",
             _cut_one_document(tmp, writers, dtype, val_share, test_share)
         meta = TokensMeta(dtype=np.dtype(dtype).name, vocab_size=tok.vocab_size, eod=tok.eod, tokenizer=TOKENIZER_FILE,
                           files={s: f"{s}.bin" for s in splits}, tokens={s: w.n for s, w in writers.items()},
-                          documents={s: w.docs for s, w in writers.items()})
+                          documents={s: w.docs for s, w in writers.items()}, bytes=n_bytes)
         empty = [s for s, w in writers.items() if w.n == 0]
         if empty:
             raise DataError(f"tokenize: the {empty[0]} split would hold no tokens; give more text")

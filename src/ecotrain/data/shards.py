@@ -173,48 +173,63 @@ def _footer(pq, path: Path):
 MAX_SHARDS = 1_000_000  # a run's shards, at most: start-up opens each, so more is a mistyped pattern
 
 
-def expand(pattern: str) -> list[Path]:
-    """`shards:PATTERN`: a folder (its .tar or .parquet files), a glob (`data/train-*.tar`), WebDataset's
-    brace range (`train-{000..199}.tar`) or a comma-separated list; globs and folders in name order.
-    A brace pattern is counted before it is expanded; listing stops past MAX_SHARDS shards in all."""
+SUFFIXES = (".tar", ".parquet")  # what a folder named by `shards:` contributes; token shards add ".bin"
+
+
+def is_pattern(name: str) -> bool:
+    """Whether `name` is a pattern (a glob, braces, a comma list) rather than one path."""
+    return any(c in name for c in "*?[{,")
+
+
+def expand(pattern: str, more: tuple[str, ...] = (), what: str = "") -> list[Path]:
+    """`shards:PATTERN`: a folder (its .tar or .parquet files, and those ending in `more`: data/tokens.py
+    adds .bin), a glob (`data/train-*.tar`), WebDataset's brace range (`train-{000..199}.tar`) or a
+    comma-separated list; globs and folders in name order. A brace pattern is counted before it is
+    expanded; listing stops past MAX_SHARDS shards in all. `what` names the setting in messages."""
+    what = what or f"data.name=shards:{pattern}"
+    suffixes = SUFFIXES + tuple(more)
+    kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
     parts = [(part, braces.parse(part, pattern)) for part in braces.split_top(pattern)]
     named = sum(braces.count(seq) for _, seq in parts)
     if named > MAX_SHARDS:
-        raise DataError(f"data.name=shards:{pattern}: the pattern names {named:,} shards, over the cap of "
+        raise DataError(f"{what}: the pattern names {named:,} shards, over the cap of "
                         f"{MAX_SHARDS:,}; name a narrower range, or pack the samples into fewer, larger shards")
     out: list[Path] = []
     for name in (n for _, seq in parts for n in braces.expand(seq)):
         p = Path(name)
         if p.is_dir():
-            found = (f for f in p.iterdir() if f.is_file() and f.suffix in (".tar", ".parquet"))
+            found = (f for f in p.iterdir() if f.is_file() and f.suffix in suffixes)
         elif any(c in name for c in "*?["):
             found = (f for f in p.parent.glob(p.name) if f.is_file())
         elif p.is_file():
             found = iter([p])
         else:
-            raise DataError(f"data.name=shards:{pattern}: no such shard file or folder: {name}")
-        more = list(itertools.islice(found, MAX_SHARDS + 1 - len(out)))  # a huge folder is not listed whole
-        if len(out) + len(more) > MAX_SHARDS:
-            raise DataError(f"data.name=shards:{pattern}: more than {MAX_SHARDS:,} shards, the cap; name fewer, "
+            raise DataError(f"{what}: no such shard file or folder: {name}")
+        more_found = list(itertools.islice(found, MAX_SHARDS + 1 - len(out)))  # a huge folder is not listed whole
+        if len(out) + len(more_found) > MAX_SHARDS:
+            raise DataError(f"{what}: more than {MAX_SHARDS:,} shards, the cap; name fewer, "
                             "or pack the samples into fewer, larger shards")
-        out += sorted(more)
+        out += sorted(more_found)
     if not out:
-        raise DataError(f"data.name=shards:{pattern}: matches no .tar or .parquet file")
+        raise DataError(f"{what}: matches no {kinds} file")
     seen: set[Path] = set()
     for f in out:  # a set, not list.count: 10,000 shards are checked in milliseconds
         if f in seen:
-            raise DataError(f"data.name=shards:{pattern}: {f} is named twice; each shard once")
+            raise DataError(f"{what}: {f} is named twice; each shard once")
         seen.add(f)
     return out
 
 
 def load_shards(pattern: str, cfg):
     """`shards:PATTERN` -> (source, Damage): tar shards (data/tarshards.py) or Parquet shards."""
+    if cfg.kwargs:  # the config lets them through for .bin token shards (data/tokens.py)
+        raise DataError(f"data.kwargs {sorted(cfg.kwargs)}: data.name={cfg.name} (tar or Parquet shards) takes none "
+                        "(they are for mnist1d, text, tokens:, .bin shards and an import-path Dataset); remove them")
     files = expand(pattern)
     kinds = {f.suffix for f in files}
     if kinds - {".tar", ".parquet"} or len(kinds) > 1:
-        raise DataError(f"data.name=shards:{pattern}: the shards are {sorted(kinds)}; give .tar shards or "
-                        ".parquet shards, one kind per run")
+        raise DataError(f"data.name=shards:{pattern}: the shards are {sorted(kinds)}; give .tar shards, "
+                        ".parquet shards or .bin token files, one kind per run")
     root = Path(os.path.commonpath([f.resolve().parent for f in files]))
     files = [f.resolve() for f in files]
     src, damage = (load_tars if kinds == {".tar"} else load_parquet_files)(files, root, cfg, Damage())

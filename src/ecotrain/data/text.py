@@ -2,7 +2,8 @@
 
 `data.name: text` reads the `.py` files under `sysconfig.get_paths()["stdlib"]` (site-packages,
 tests and caches left out) in sorted path order, so the same Python gives the same bytes, up to
-`max_bytes`. The vocabulary is the 256 byte values. Two shapes:
+`max_bytes` (after the first `offset` bytes: another part of the same stream, the shifted corpus of
+an `ecotrain update`). The vocabulary is the 256 byte values. Two shapes:
 
 - `mode: packed` (default): the byte stream cut into `seq_len + 1` windows; input and target are
   the window shifted by one, with no padding.
@@ -37,15 +38,21 @@ def stdlib_files(root: Optional[str] = None) -> list[Path]:
     return sorted(out, key=lambda p: p.relative_to(root).as_posix())
 
 
-def read_corpus(max_bytes: int) -> list[bytes]:
-    """The first files of the stdlib, in path order, until `max_bytes` in all (the last one cut)."""
-    texts, total = [], 0
+def read_corpus(max_bytes: int, offset: int = 0) -> list[bytes]:
+    """The stdlib's files in path order, from byte `offset` of their stream, until `max_bytes` in all
+    (the first and last cut)."""
+    texts, total, skip = [], 0, offset
     for path in stdlib_files():
         if total >= max_bytes:
             break
-        b = path.read_bytes()[: max_bytes - total]
-        texts.append(b)
-        total += len(b)
+        if skip and path.stat().st_size <= skip:  # wholly before the offset: not read
+            skip -= path.stat().st_size
+            continue
+        b = path.read_bytes()[skip: skip + max_bytes - total]
+        skip = 0
+        if b:
+            texts.append(b)
+            total += len(b)
     return texts
 
 
@@ -115,11 +122,14 @@ def load_text(cfg) -> DataBundle:
     max_bytes = _int_option(kw, "max_bytes", 2_000_000, 1)
     mode = kw.pop("mode", "packed")
     min_len = _int_option(kw, "min_len", 16, 0)
+    offset = _int_option(kw, "offset", 0, 0)
     if kw:
-        raise DataError(f"data.kwargs.{next(iter(kw))}: not a text option (seq_len, max_bytes, mode, min_len)")
+        raise DataError(f"data.kwargs.{next(iter(kw))}: not a text option (seq_len, max_bytes, mode, min_len, offset)")
     if mode not in ("packed", "paragraphs"):
         raise DataError(f"data.kwargs.mode: '{mode}' is not packed or paragraphs")
-    texts = read_corpus(max_bytes)
+    texts = read_corpus(max_bytes, offset)
+    if not texts:
+        raise DataError(f"data.kwargs.offset: {offset:,} is past the end of the standard library's source; lower it")
     if mode == "packed":
         base = TextSource(packed_rows(texts, seq_len))
     else:

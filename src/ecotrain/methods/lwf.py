@@ -13,6 +13,10 @@ frozen, in eval mode. Its logits on every training row (and on the replay rows) 
 targets of `methods.kd.kd_loss`, the one KD function distillation uses too. No teacher (the
 first version): the term is off.
 
+Token data (a language model): the KL is taken per position, over the positions whose target
+counts (not IGNORE: padding, document boundaries), a mean per token; a dict batch reaches the
+teacher as it reaches the student (the task's forward: its attention mask too).
+
 When it helps: with replay (the replay rows carry the old classes' soft targets, richer than their
 labels); on its own it keeps shared features but not old classes in a class-incremental head
 (van de Ven et al.: ~0.22 on Split MNIST). Risks: a teacher that was wrong is copied; alpha too
@@ -32,7 +36,8 @@ from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.errors import ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
-from ecotrain.methods.replay import Replay, check_pinned, file_digest, run_file
+from ecotrain.methods.replay import IGNORE, Replay, check_pinned, file_digest, run_file
+from ecotrain.task import logits_of
 
 
 def teacher_file(path: str | Path, where: str = "methods.lwf.teacher") -> Path:
@@ -57,6 +62,7 @@ def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
 
 class LwF(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
+    dicts = True  # ... or token batches: dicts of tensors with a per-token target
     def __init__(self, cfg, run):
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.lwf: not supported with distributed.strategy=fsdp; use ddp or one process")
@@ -75,6 +81,10 @@ class LwF(Method):
     def loss_terms(self, batch, outputs, state):
         if self.teacher is None:
             return {}
+        task = state.objective.task
+        y = task.targets(batch)
+        if isinstance(y, torch.Tensor) and y.ndim >= 2:  # per-token targets: a language model
+            return self._token_terms(task, batch, y, outputs, state)
         x, _ = batch
         student, inputs = ([outputs], [x]) if self.cfg.on_new else ([], [])
         if self.replay is not None:
@@ -86,6 +96,26 @@ class LwF(Method):
             return {}
         with torch.no_grad():
             teacher = [self.teacher(i) for i in inputs]
+        return {"lwf": self.cfg.alpha * kd_loss(torch.cat(student), torch.cat(teacher), self.cfg.temperature)}
+
+    def _token_terms(self, task, batch, y, outputs, state):
+        """KL per position over the positions whose target counts, on the new rows and the replay rows."""
+        student, teacher = [], []
+        if self.cfg.on_new:
+            keep = y != IGNORE
+            student.append(logits_of(outputs)[keep])
+            with torch.no_grad():
+                teacher.append(logits_of(task.forward(self.teacher, batch))[keep])
+        if self.replay is not None:
+            logits = self.replay.replay_logits(state, outputs)
+            if logits is not None:
+                rx, ry, _ = self.replay.replay_batch(state)
+                keep = ry != IGNORE
+                student.append(logits[keep])
+                with torch.no_grad():
+                    teacher.append(logits_of(self.teacher(rx))[keep])
+        if not student:
+            return {}
         return {"lwf": self.cfg.alpha * kd_loss(torch.cat(student), torch.cat(teacher), self.cfg.temperature)}
 
     def summary(self) -> dict:

@@ -28,7 +28,17 @@ add `logit_weight * MSE(logits, stored)` (the paper's alpha; `weight` is its bet
 buffer exported without logits gets those of the model the run starts from (init_from: the
 previous version), computed once before the first step and kept in the checkpoint.
 
-When it helps: class-incremental updates, where nothing else keeps the old classes' logits alive.
+Token data (a language model: per-token targets, `(x, y)` windows or dict items): the buffer keeps
+`size` windows of token ids and their per-token targets (x, y int64 `[n, T]`; of a dict item the
+`input_ids` and the target, its other entries, an attention mask, dropped: the replay rows run
+under the model's own causal mask). The windows are a uniform sample of every window seen
+(reservoir, vectorised, whatever `selection` says: tokens have no classes to balance), and only the
+chosen windows are read from the data. CE(replay) is the mean over the replay rows' target tokens,
+each row's tokens weighted by its `weight`. `logits`, `hard_weight` and `rare_weight` are
+classifier settings, refused in one line (a window's logits are `[T, vocab]`).
+
+When it helps: class-incremental updates, where nothing else keeps the old classes' logits alive;
+a language model's update on a shifted corpus (the old corpus's windows keep its perplexity).
 Risks: a small buffer overfits (the same few hundred examples every epoch); stored examples are
 user data (retention rules apply). Cost: `ratio / (1 - ratio)` more forward/backward rows per step,
 `size` examples of storage per version.
@@ -48,14 +58,17 @@ from torch.utils.flop_counter import FlopCounterMode
 from ecotrain.device import current_index, same_device
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
+from ecotrain.task import TARGET_KEYS, SequenceTask, logits_of
 from ecotrain.tensorfile import read_tensors
 from ecotrain.userpath import user_path
+
+IGNORE = SequenceTask.IGNORE  # a target the loss skips
 
 
 @dataclass
 class Buffer:
-    x: torch.Tensor  # [n, ...] float
-    y: torch.Tensor  # [n] int64
+    x: torch.Tensor  # [n, ...] float, or int64 token ids [n, T]
+    y: torch.Tensor  # [n] int64, or per-token targets [n, T]
     weight: torch.Tensor  # [n] float32, the loss weight of each example
     seen: int = 0  # examples offered to the buffer so far, every version (reservoir sampling needs it)
     logits: Optional[torch.Tensor] = None  # [n, classes] float32: each example's stored logits (DER++), or None
@@ -132,8 +145,8 @@ def load_buffer(path: str | Path, where: str = "methods.replay.from") -> Buffer:
     logits = t.get("logits")
     if logits is not None and len(logits) != n:
         raise CheckpointError(f"{where}: {p}: {len(logits)} rows of logits for {n} examples; the file is damaged")
-    return Buffer(t["x"].float(), t["y"].long(), t["weight"].float(), int(t["seen"][0]),
-                  None if logits is None else logits.float())
+    x = t["x"].float() if t["x"].is_floating_point() else t["x"].long()  # token ids stay ids
+    return Buffer(x, t["y"].long(), t["weight"].float(), int(t["seen"][0]), None if logits is None else logits.float())
 
 
 # -- filling the buffer ------------------------------------------------------------------------
@@ -153,6 +166,40 @@ def reservoir(old_n: int, seen: int, new_n: int, size: int, g: torch.Generator) 
             slots[j] = i
     order = sorted(slots)
     return torch.tensor(order, dtype=torch.long), torch.tensor([slots[s] for s in order], dtype=torch.long)
+
+
+def reservoir_vectorised(old_n: int, seen: int, new_n: int, size: int, g: torch.Generator
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`reservoir`'s result with one draw per new example at once (a million windows in milliseconds):
+    the first arrivals fill the free slots, each later one i draws j uniform in [0, seen + i] and
+    takes slot j when j < size, a later arrival replacing an earlier (the largest index wins)."""
+    fill = max(0, min(size - old_n, new_n))
+    best = torch.full((size,), -1, dtype=torch.long)
+    best[old_n:old_n + fill] = torch.arange(fill)
+    rest = torch.arange(fill, new_n)
+    if len(rest):
+        j = (torch.rand(len(rest), generator=g, dtype=torch.float64) * (seen + rest + 1).double()).long()
+        keep = j < size
+        best.scatter_reduce_(0, j[keep], rest[keep], reduce="amax")
+    slots = (best >= 0).nonzero().flatten()
+    return slots, best[slots]
+
+
+def token_rows(batch, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, per-token targets) of a batch: an `(x, y)` pair as it is; a dict's `input_ids` (or its
+    one other tensor) and its target (`target`, else labels/label/y/target/targets)."""
+    if isinstance(batch, (tuple, list)):
+        return batch[0], batch[1]
+    key = target if isinstance(target, str) else next((k for k in TARGET_KEYS if k in batch), None)
+    if key is None or key not in batch:
+        raise ConfigError(f"methods.replay: a dict batch without a target (keys: {sorted(batch)[:8]}); name it "
+                          "labels or set task.target")
+    others = [k for k, v in batch.items() if k != key and isinstance(v, torch.Tensor)]
+    ids = "input_ids" if "input_ids" in batch else (others[0] if len(others) == 1 else None)
+    if ids is None:
+        raise ConfigError(f"methods.replay: keeps token windows as input_ids and targets; this dict batch's inputs "
+                          f"are {others}: name the token ids input_ids")
+    return batch[ids], batch[key]
 
 
 def balanced(keys: torch.Tensor, size: int, g: torch.Generator) -> torch.Tensor:
@@ -205,11 +252,17 @@ def model_logits(model, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
 # -- the method --------------------------------------------------------------------------------
 class Replay(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
+    dicts = True  # ... or token batches: dicts of tensors with a per-token target
+    target = None  # a dict batch's target key (task.target), when the config names one
+    tokens = False  # per-token targets (a language model): set from the data
+
     def __init__(self, cfg, run):
         if run.distributed.strategy != "none":
             raise ConfigError("methods.replay: one process only for now (its replay rows are a second forward "
                               "pass in the step); use distributed.strategy=none")
         self.key, self.cfg, self.seed = "replay", cfg, run.seed
+        self.target = getattr(getattr(run, "task", None), "target", None)  # a dict batch's target key, if named
+        self.tokens = False  # per-token targets (a language model): set from the data by the data hook
         self.from_path = exported_file(cfg.from_, "methods.replay.from") if cfg.from_ else None
         self.buffer = load_buffer(self.from_path) if self.from_path else None
         self.digest = file_digest(self.from_path) if self.from_path else None
@@ -236,10 +289,24 @@ class Replay(Method):
             raise ConfigError(f"methods.replay.logits: the buffer's stored logits are {tuple(self.buffer.logits.shape[1:])} "
                               f"per example but this model's are {width}; replay logits of the same head")
 
+    def _check_tokens(self, y0: torch.Tensor) -> None:
+        self.tokens = y0.ndim >= 2  # [1, T]: a target per position
+        if not self.tokens:
+            return
+        c = self.cfg
+        odd = "logits" if c.logits else "hard_weight" if c.hard_weight != 1.0 else "rare_weight" if c.rare_weight else None
+        if odd is not None:
+            raise ConfigError(f"methods.replay.{odd}: a classifier's setting (per class or per example logits); this "
+                              "data's targets are per token (a language model): drop it")
+        if self.buffer is not None and len(self.buffer) and self.buffer.y.ndim < 2:
+            raise CheckpointError(f"methods.replay.from: {self.from_path}: a classifier's buffer (one label per "
+                                  "example); this data's targets are per token")
+
     def data(self, source, sampler):
         batch = getattr(sampler, "batch_size", None)
+        x0, y0 = token_rows(source.take(torch.tensor([0])), self.target)
+        self._check_tokens(y0)
         if self.buffer is not None and len(self.buffer):
-            x0, _ = source.take(torch.tensor([0]))
             if tuple(self.buffer.x.shape[1:]) != tuple(x0.shape[1:]):
                 raise CheckpointError(f"methods.replay.from: {self.from_path}: the buffer's examples have shape "
                                       f"{tuple(self.buffer.x.shape[1:])} but this data's {tuple(x0.shape[1:])}")
@@ -272,7 +339,7 @@ class Replay(Method):
         if self._cache[0] is outputs:
             return self._cache[1]
         rb = self.replay_batch(state)
-        logits = None if rb is None else state.model(rb[0])
+        logits = None if rb is None else logits_of(state.model(rb[0]))
         self._cache = (outputs, logits)
         return logits
 
@@ -283,6 +350,11 @@ class Replay(Method):
         if logits is None:
             return {}
         _, y, w = self.replay_batch(state)
+        if y.ndim >= 2:  # per-token targets: each row's target tokens weighted by its weight
+            ce = F.cross_entropy(logits.float().flatten(0, -2), y.reshape(-1), ignore_index=IGNORE,
+                                 reduction="none").view(y.shape)
+            rw = w.view(-1, *([1] * (y.ndim - 1))) * (y != IGNORE)
+            return {"replay": self.cfg.weight * (ce * rw).sum() / rw.sum().clamp_min(1e-12)}
         ce = F.cross_entropy(logits.float(), y, reduction="none")
         terms = {"replay": self.cfg.weight * (ce * w).sum() / w.sum()}
         if self.cfg.logits and self.buffer.logits is not None:
@@ -300,6 +372,10 @@ class Replay(Method):
     @torch.no_grad()
     def finalize(self, model, data):
         new = data.train
+        _, y0 = token_rows(new.take(torch.tensor([0])), self.target)
+        self._check_tokens(y0)
+        if self.tokens:
+            return self._finalize_tokens(new)
         nx, ny = new.take(torch.arange(len(new)))
         old = self.buffer or Buffer(nx[:0].float(), ny[:0].long(), torch.zeros(0), 0)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + old.seen + 104_729)
@@ -326,6 +402,27 @@ class Replay(Method):
                        "hard": int(wrong.sum())}
         if logits is not None:
             self.report["logits"] = True
+
+    def _finalize_tokens(self, new) -> None:
+        """The next version's buffer of token windows: a uniform sample of every window seen, only the
+        chosen windows read from the data."""
+        old = self.buffer
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + (old.seen if old else 0) + 104_729)
+        old_n, seen = (len(old), old.seen) if old else (0, 0)
+        slots, picks = reservoir_vectorised(old_n, seen, len(new), self.cfg.size, g)
+        order = picks.argsort()  # read the data in its own order (a memory-mapped file: forward)
+        nx, ny = token_rows(new.take(picks[order]), self.target) if len(picks) else (None, None)
+        n = min(self.cfg.size, old_n + len(new))
+        shape = tuple(old.x.shape[1:]) if old else tuple(nx.shape[1:])
+        x = torch.zeros((n, *shape), dtype=torch.long)
+        y = torch.full((n, *shape), IGNORE, dtype=torch.long)
+        if old:
+            x[:old_n], y[:old_n] = old.x[:n], old.y[:n]
+        if nx is not None:
+            x[slots[order]], y[slots[order]] = nx.long(), ny.long()
+        self.buffer = Buffer(x.contiguous(), y.contiguous(), torch.ones(n), seen + len(new))
+        self.report = {"buffer": n, "seen": self.buffer.seen, "rows_per_step": self.rows, "tokens": True,
+                       "added": len(picks)}
 
     @staticmethod
     def _wrong(model, x, y) -> torch.Tensor:

@@ -20,7 +20,7 @@ from ecotrain.accounting.compare import judge
 from ecotrain.errors import ConfigError
 from ecotrain.report import page as P
 from ecotrain.report import plots
-from ecotrain.report.diagnosis import diagnose
+from ecotrain.report.diagnosis import diagnose, diagnose_lm
 from ecotrain.report.memory_page import section
 from ecotrain.report.page import e
 from ecotrain.report.rundata import read_run
@@ -31,8 +31,10 @@ DEFAULT_REGIONS = ("SE", "FR", "GB", "DE", "US", "CN", "IN", "PL", "AU")
 
 
 def diagnose_run(run):
-    return diagnose(run.series("val_loss"), run.series("loss"), run.summary or {},
-                    run.config.get("early_stopping") if isinstance(run.config.get("early_stopping"), dict) else None)
+    es = run.config.get("early_stopping") if isinstance(run.config.get("early_stopping"), dict) else None
+    if run.is_lm:  # perplexity curves (diagnosis.diagnose_lm)
+        return diagnose_lm(run.series("val_perplexity"), run.train_perplexity(), run.summary or {}, es)
+    return diagnose(run.series("val_loss"), run.series("loss"), run.summary or {}, es)
 
 
 def _run_sections(run, d, regions, heading: bool) -> list[str]:

@@ -23,6 +23,19 @@ The rules, in order (the thresholds are the constants below):
 
 Early stopping is named when it ended the run, with the step whose weights were restored; without
 it, the step whose weights were kept (the best evaluation) is named when it is not the last.
+
+**Language models** (`diagnose_lm`: a run whose evaluations hold `val_perplexity`) are read on
+perplexity curves instead, token accuracy left aside (an LM's is low whatever its fit):
+
+1. **Overfitting, from the curves**: rule 1 above on the validation perplexity and the training
+   perplexity (exp of the log intervals' task loss): "validation perplexity rises from step S while
+   training perplexity falls".
+2. **Overfitting, from the gap**: the final validation perplexity `PPL_GAP` (25%) or more above the
+   final training perplexity (both on the final weights in eval mode).
+3. **Underfitting**, the gap under `PPL_GAP` and either the validation perplexity still falling at
+   the end (rule 3 above, on perplexity) or both curves high and flat: the training perplexity fell
+   less than `FLAT_FALL` (10%) from its first log interval to its last.
+4. Otherwise **a good fit**.
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ MODERATE_GAP = 0.05
 STILL_SHARE = 0.20
 STILL_MIN = 0.005
 LOW_ACCURACY = 0.5
+PPL_GAP = 0.25
+FLAT_FALL = 0.10
 
 
 @dataclass
@@ -204,3 +219,94 @@ def _after_note(summary: dict, early_stopping: Optional[dict], evals) -> str:
 
 def _join(text: str, after: str) -> str:
     return f"{text} {after}".strip()
+
+
+def diagnose_lm(evals: Sequence[tuple[int, float]], train: Sequence[tuple[int, float]], summary: dict,
+                early_stopping: Optional[dict] = None) -> Diagnosis:
+    """A language model's fit from perplexity curves: `evals` (step, val_perplexity) per evaluation,
+    `train` (step, training perplexity) per log record; `summary`: summary.json (its final
+    `train_perplexity` and `val_perplexity`)."""
+    evals = [(s, v) for s, v in evals if v is not None and math.isfinite(v) and v > 0]
+    train = [(s, v) for s, v in train if v is not None and math.isfinite(v) and v > 0]
+    evidence: list[str] = []
+    p_t, p_v = summary.get("train_perplexity"), summary.get("val_perplexity")
+    gap = p_v / p_t - 1 if isinstance(p_t, (int, float)) and isinstance(p_v, (int, float)) and p_t > 0 else None
+    if gap is not None:
+        evidence.append(f"final perplexity: train {p_t:.4g}, validation {p_v:.4g}: validation {gap:+.1%} "
+                        f"(overfitting at >= +{_pct(PPL_GAP)})")
+    n = len(evals)
+    after = _after_note(summary, early_stopping, evals)
+
+    # 1. overfitting from the curves
+    if n >= MIN_EVALS:
+        i_min = min(range(n), key=lambda i: evals[i][1])
+        s_min, v_min = evals[i_min]
+        if i_min <= n - 3:
+            last_two = [v for _, v in evals[-2:]]
+            rise = min(last_two) / v_min - 1
+            t_at, t_end = _nearest_before(train, s_min), _tail_mean(train)
+            evidence.append(f"validation perplexity: minimum {v_min:.4g} at step {_steps(s_min)}, last two "
+                            f"evaluations {', '.join(f'{v:.4g}' for v in last_two)} ({rise:+.1%}; overfitting at "
+                            f">= +{_pct(RISE)})")
+            if t_at is not None and t_end is not None:
+                evidence.append(f"training perplexity: {t_at:.4g} at step {_steps(s_min)}, {t_end:.4g} at the end")
+            falls = t_at is not None and t_end is not None and t_end <= t_at * (1 - TRAIN_FALL)
+            if rise >= RISE and falls:
+                text = (f"Validation perplexity rises from step {_steps(s_min)} ({v_min:.4g} to {evals[-1][1]:.4g}, "
+                        f"+{_pct(evals[-1][1] / v_min - 1)}) while training perplexity falls ({t_at:.4g} to "
+                        f"{t_end:.4g}): overfitting. The model memorises its training text; more text (or fewer "
+                        "passes over it), dropout, weight decay or a smaller model would help, and early stopping "
+                        "on val_perplexity keeps the best weights.")
+                return Diagnosis("overfitting", _join(text, after), evidence, s_min)
+            if rise >= RISE:
+                text = (f"Validation perplexity ends {_pct(evals[-1][1] / v_min - 1)} above its minimum (step "
+                        f"{_steps(s_min)}) while training perplexity did not fall: unstable training rather than "
+                        "overfitting; a lower learning rate or a decaying schedule may help.")
+                return Diagnosis("unstable", _join(text, after), evidence)
+
+    # 2. overfitting from the gap
+    if gap is not None and gap >= PPL_GAP:
+        text = (f"Validation perplexity is {p_v:.4g} against {p_t:.4g} on the training text, {_pct(gap)} higher: "
+                "overfitting. The model predicts its training text far better than unseen text; more text, "
+                "dropout or weight decay would help.")
+        return Diagnosis("overfitting", _join(text, after), evidence)
+
+    # 3. underfitting: still falling, or high and flat
+    still, how = _still_learning(evals)
+    if how:
+        evidence.append(how.replace("loss", "perplexity"))
+    flat = None
+    if len(train) >= 2:
+        fall = 1 - train[-1][1] / train[0][1]
+        flat = fall < FLAT_FALL
+        evidence.append(f"training perplexity {train[0][1]:.4g} (step {_steps(train[0][0])}) to {train[-1][1]:.4g} "
+                        f"(step {_steps(train[-1][0])}): fell {fall:.1%} (flat below {_pct(FLAT_FALL)})")
+    if still or flat:
+        if flat:
+            what = (f"Training and validation perplexity are both high and flat (training {train[0][1]:.4g} to "
+                    f"{train[-1][1]:.4g}" + (f", validation {p_v:.4g}" if isinstance(p_v, (int, float)) else "")
+                    + "): the model hardly learns")
+        else:
+            what = f"Validation perplexity was still falling at the end ({how.replace('loss', 'perplexity')})"
+        text = (f"{what}: underfitting. Train longer (more tokens), raise the learning rate, or use a bigger "
+                "model.")
+        return Diagnosis("underfitting", _join(text, after), evidence)
+
+    # 4. a good fit
+    if n < MIN_EVALS and gap is None:
+        return Diagnosis("not enough data", _join(f"Only {n} evaluation(s) and no final train/validation "
+                                                  "perplexity: too little to judge the fit (set loop.eval_every "
+                                                  "for more evaluations).", after), evidence)
+    parts = []
+    if n >= 2:
+        i_min = min(range(n), key=lambda i: evals[i][1])
+        s_min, v_min = evals[i_min]
+        parts.append("validation perplexity is lowest at the last evaluation but has flattened" if i_min == n - 1
+                     else f"validation perplexity ends within {_pct(evals[-1][1] / v_min - 1)} of its minimum "
+                          f"(step {_steps(s_min)})")
+    if gap is not None:
+        parts.append(f"validation perplexity is {abs(gap):.1%} {'above' if gap >= 0 else 'below'} the training one")
+    text = "A good fit: " + " and ".join(parts) + "." if parts else "A good fit."
+    if n < MIN_EVALS:
+        text += f" Only {n} evaluation(s): the trend is not judged."
+    return Diagnosis("good fit", _join(text, after), evidence)

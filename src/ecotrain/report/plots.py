@@ -86,6 +86,15 @@ def curves(run, diagnosis=None) -> str:
     metric = run.metric
     if metric:
         pts = run.series(metric)
+        if metric == "val_perplexity":  # a language model: training perplexity beside it, the diagnosis on it
+            tp = run.train_perplexity()
+            if tp:
+                ax_metric.plot(*_xy(tp), color=COLORS[0], lw=1.4, label="train (log intervals)")
+            if diagnosis is not None and diagnosis.rises_from is not None and pts:
+                ax_metric.axvspan(diagnosis.rises_from, pts[-1][0], color=COLORS[1], alpha=0.08,
+                                  label="validation rising")
+            if pts and min(v for _, v in tp + pts) > 0 and max(v for _, v in tp + pts) / min(v for _, v in tp + pts) > 20:
+                ax_metric.set_yscale("log")
         ax_metric.plot(*_xy(pts), color=COLORS[1], lw=1.6, marker="o", ms=3, label="validation")
         name = metric[4:]
         x_end = max([p[0] for p in pts] + [s.get("steps") or 0])

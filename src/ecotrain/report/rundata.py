@@ -46,11 +46,24 @@ class RunData:
         return out
 
     @property
+    def is_lm(self) -> bool:
+        """A language model's run: its evaluations hold val_perplexity."""
+        return any("val_perplexity" in r for r in self.evals)
+
+    def train_perplexity(self) -> list[tuple[int, float]]:
+        """(step, exp of the training loss) per log record: the task's own loss (`loss_task`) when
+        methods add terms to `loss`."""
+        key = "loss_task" if any("loss_task" in r for r in self.logs) else "loss"
+        return [(s, math.exp(min(v, 700.0))) for s, v in self.series(key)]
+
+    @property
     def metric(self) -> Optional[str]:
-        """The validation metric to plot: val_accuracy when there is one, else the first other val_* key."""
+        """The validation metric to plot: val_perplexity for a language model, else val_accuracy when
+        there is one, else the first other val_* key."""
         keys = [k for r in self.evals for k in r if k.startswith("val_") and k != "val_loss"]
-        if "val_accuracy" in keys:
-            return "val_accuracy"
+        for k in ("val_perplexity", "val_accuracy"):
+            if k in keys:
+                return k
         return keys[0] if keys else None
 
     @property
