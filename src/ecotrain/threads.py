@@ -236,3 +236,128 @@ def for_fit(setting: Union[int, str] = "auto", workers: int = 0, resume=None) ->
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+# -- `threads: auto` by what is paid: a short probe on a copy of the run, decided once, then fixed -----
+
+OBJECTIVE_ENV = "ECOTRAIN_THREADS_FOR"  # energy (default) | time | money
+PROBE_ENV = "ECOTRAIN_THREADS_PROBE"  # "0": no probe (auto as the cores allow, as before)
+OBJECTIVES = ("energy", "time", "money")
+PROBE_STEPS = 40
+TIE = 0.03  # within 3% of the best: the fewer threads (less CPU held, the same figure within the probe's noise)
+_KEY_SECTIONS = ("model", "data", "optim", "precision", "methods", "task", "device", "memory", "compile")
+
+
+def objective(env=None) -> str:
+    env = os.environ if env is None else env
+    got = (env.get(OBJECTIVE_ENV) or "energy").strip().lower()
+    if got not in OBJECTIVES:
+        from ecotrain.errors import ConfigError
+
+        raise ConfigError(f"{OBJECTIVE_ENV}={got}: one of {', '.join(OBJECTIVES)}")
+    return got
+
+
+def candidates(most: int) -> list[int]:
+    """1, 2, 4, ... and `most` itself."""
+    out, n = [], 1
+    while n < most:
+        out.append(n)
+        n *= 2
+    return [*out, most]
+
+
+def probe_key(cfg: dict, goal: str, cores: int) -> str:
+    """What the per-step cost depends on: the model, data, optimizer, precision and methods sections,
+    this machine and its usable cores, the objective; not the seed or the schedule's length."""
+    import hashlib
+    import json
+    import socket
+
+    what = {k: cfg.get(k) for k in _KEY_SECTIONS}
+    text = json.dumps([what, socket.gethostname(), cores, goal], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_file() -> Path:
+    root = os.environ.get("ECOTRAIN_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "ecotrain") / "threads.json"
+
+
+def probe_once(cfg: dict, n: int, steps: int, folder: Path) -> dict:
+    """`ecotrain fit` of a copy of the run's config for `steps` steps with `n` threads, in its own
+    process; its ledger's figures per step."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    recipe = folder / f"probe-{n}.yaml"
+    recipe.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    run = folder / f"run-{n}"
+    cmd = [sys.executable, "-m", "ecotrain", "fit", str(recipe), f"threads={n}", f"loop.max_steps={steps}",
+           "loop.max_epochs=null", "loop.eval_every=null", "--run-dir", str(run), "--overwrite", "--quiet"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"probe with {n} threads failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    L = json.loads((run / "ledger.json").read_text())
+    done = max(1, int(L.get("steps") or steps))
+    per = lambda v: None if v is None else float(v) / done  # noqa: E731
+    return {"threads": n, "steps": done, "wall_per_step": per(L.get("wall_seconds")),
+            "cpu_per_step": per(L.get("cpu_seconds")), "kwh_per_step": per((L.get("energy") or {}).get("kwh")),
+            "cost_per_step": per((L.get("cost") or {}).get("amount")), "probe_wall_seconds": L.get("wall_seconds"),
+            "probe_cpu_seconds": L.get("cpu_seconds"), "probe_kwh": (L.get("energy") or {}).get("kwh")}
+
+
+def score(p: dict, goal: str) -> float:
+    """Lower is better: kWh per step (energy; CPU-seconds per step where the probe had no energy
+    figure), seconds per step (time), money per step (money: vCPU-hours x price)."""
+    key = {"energy": "kwh_per_step", "time": "wall_per_step", "money": "cost_per_step"}[goal]
+    v = p.get(key)
+    return float(v if v is not None else p["cpu_per_step"])
+
+
+def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
+    """The thread count for `goal` by a probe of each candidate (or the cached decision for this
+    recipe on this machine: the same seed trains with the same count every time). One line says it."""
+    import json
+    import tempfile
+    from datetime import datetime, timezone
+
+    key, path = probe_key(cfg, goal, most), cache_file()
+    try:
+        cached = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        cached = None
+    if isinstance(cached, dict) and isinstance(cached.get("threads"), int) and 1 <= cached["threads"] <= most:
+        return {**cached, "cached": True, "line": cached["line"] + f" (decided {cached.get('when', '?')}, {path})"}
+    with tempfile.TemporaryDirectory(prefix="ecotrain-threads-") as tmp:
+        probes = [probe_once(cfg, n, steps, Path(tmp)) for n in candidates(most)]
+    best = min(score(p, goal) for p in probes)
+    chosen = min((p for p in probes if score(p, goal) <= best * (1 + TIE)), key=lambda p: p["threads"])
+    said = "; ".join(f"{p['threads']} thread{'s' if p['threads'] > 1 else ''}: "
+                     f"{p['wall_per_step'] * 1e3:.2f} ms, {p['cpu_per_step'] * 1e3:.2f} CPU-ms"
+                     + (f", {p['kwh_per_step'] * 3.6e6:.3g} J" if p.get("kwh_per_step") is not None else "")
+                     + " per step" for p in probes)
+    line = (f"threads: {chosen['threads']} of {most} usable cores, chosen for {goal} ({OBJECTIVE_ENV}) by a probe "
+            f"of {steps} steps on a copy of this run: {said}")
+    rec = {"threads": chosen["threads"], "objective": goal, "probes": probes, "key": key, "line": line,
+           "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "probe_cost": {k: sum(float(p.get(f"probe_{k}") or 0.0) for p in probes)
+                          for k in ("wall_seconds", "cpu_seconds", "kwh")}}
+    try:  # recorded, so every later run of this recipe on this machine trains with the same count
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            table = json.loads(path.read_text())
+            table = table if isinstance(table, dict) else {}
+        except (OSError, ValueError):
+            table = {}
+        table[key] = {k: v for k, v in rec.items() if k != "cached"}
+        tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp_path.write_text(json.dumps(table, indent=1))
+        os.replace(tmp_path, path)
+    except OSError:
+        pass  # unwritable cache: the decision holds for this run, the next one probes again
+    return {**rec, "cached": False}

@@ -95,6 +95,7 @@ class Ledger(Callback):
         self._state = None  # for state_dict(), which gets no state
         self._dirty = False  # a method said the per-sample work changed: bank, then measure the next step
         self._extra: dict[str, float] = {}  # this segment's one-off FLOPs by label (add_flops)
+        self.threads_pick: Optional[dict] = None  # threadpick.ThreadPick's decision: ledger.json `threads`
         self.timing = None  # accounting.timing.CarbonTiming when carbon.forecast is set: CO2e per interval
 
     # -- set-up --------------------------------------------------------------------------------
@@ -350,6 +351,7 @@ class Ledger(Callback):
             "budget": {"limits": self.limits,
                        "stopped_by": stopped.removeprefix("budget:") if stopped.startswith("budget:") else None},
             "forecast": self.forecast, "contention": self.contention_record(),
+            **({"threads": self.threads_pick} if self.threads_pick else {}),
         }
 
     # -- resume --------------------------------------------------------------------------------

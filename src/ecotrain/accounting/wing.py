@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ecotrain.accounting import threadpick
 from ecotrain.accounting.contention import ContentionWatch
 from ecotrain.accounting.ledger import Ledger
 from ecotrain.accounting.timing import CarbonTiming
@@ -22,6 +23,9 @@ def run_callbacks(ctx: WingContext) -> list[Callback]:
             ledger.prepare_meter(device)
         ctx.state.cost_listeners.append(ledger)  # methods' notices: the step's work changed, one-off FLOPs
         out.append(ledger)
+    most = threadpick.wanted(cfg, getattr(ctx.state, "device", None))
+    if most is not None:  # threads: auto, chosen for what is paid by a probe (threadpick.py)
+        out.append(threadpick.ThreadPick(cfg, most, ledger))
     if cfg.carbon.forecast:
         out.append(CarbonTiming(cfg.carbon, ctx.checkpointer, ctx.preemption, ledger))
     return out

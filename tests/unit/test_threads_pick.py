@@ -1,0 +1,46 @@
+"""threads.pick: `threads: auto` chosen by a probe of the run's own config with each candidate count,
+in its own process, by what the objective pays per step; the decision is cached per recipe and
+machine, so the next run of the recipe (any seed) trains with the same count."""
+
+import json
+
+import pytest
+import torch
+
+from ecotrain import threads
+from ecotrain.accounting import threadpick
+from ecotrain.accounting.threadpick import probe_config
+from ecotrain.config import load_config
+
+
+def test_candidates_and_the_objective():
+    assert threads.candidates(2) == [1, 2] and threads.candidates(6) == [1, 2, 4, 6]
+    assert threads.objective({}) == "energy" and threads.objective({threads.OBJECTIVE_ENV: "Time"}) == "time"
+
+
+def test_no_probe_for_a_library_call_or_a_set_count(monkeypatch):
+    cfg = load_config("recipes/mnist1d_cnn.yaml", [])
+    monkeypatch.setattr(threads, "_PRESET", None)  # fit() called as a library: no CLI preset
+    assert threadpick.wanted(cfg, torch.device("cpu")) is None
+    monkeypatch.setattr(threads, "_PRESET", threads.ThreadChoice(2, "auto", 2, 2, None))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert threadpick.wanted(cfg, torch.device("cpu")) == 2
+    assert threadpick.wanted(load_config("recipes/mnist1d_cnn.yaml", ["threads=2"]), torch.device("cpu")) is None
+    monkeypatch.setenv(threads.PROBE_ENV, "0")
+    assert threadpick.wanted(cfg, torch.device("cpu")) is None
+
+
+@pytest.mark.subprocess
+def test_a_probe_decides_once_and_the_decision_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    cfg = probe_config(load_config("recipes/mnist1d_cnn.yaml", ["data.num_samples=600", "ledger.energy=off"]))
+    first = threads.pick(cfg, 2, "energy", steps=5)
+    assert first["threads"] in (1, 2) and not first["cached"]
+    assert [p["threads"] for p in first["probes"]] == [1, 2] and all(p["cpu_per_step"] > 0 for p in first["probes"])
+    assert first["line"].startswith(f"threads: {first['threads']} of 2 usable cores, chosen for energy")
+    # energy off in the probe: CPU-seconds per step decide (the CPU-time based energy)
+    scores = {p["threads"]: p["cpu_per_step"] for p in first["probes"]}
+    assert scores[first["threads"]] <= min(scores.values()) * (1 + threads.TIE)
+    again = threads.pick({**cfg, "seed": 7}, 2, "energy", steps=5)  # another seed: same recipe, same machine
+    assert again["cached"] and again["threads"] == first["threads"]
+    assert first["key"] in json.loads((tmp_path / "threads.json").read_text())
