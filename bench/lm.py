@@ -19,9 +19,19 @@ tokens per second against a hand-written nanoGPT-style loop on the same model an
    the ratio is the loop's own cost. Per round: hand-written seconds / ecotrain seconds for the
    same steps (= ecotrain tokens/s over hand-written tokens/s); the RESULT is the median of rounds.
 3. ppl_test: the test perplexity of recipes/lm_small.yaml as shipped (--quick: the nanoGPT run's).
+4. recipe_dict_dataset, budget_fill: a recipe whose data is this file's `StdlibDicts` (a user
+   Dataset of dict items {input_ids, labels}, per-token labels) trains nanoGPT
+   through `ecotrain fit` under `memory.budget`; true when it exits 0 and its loss falls;
+   budget_fill is the chosen plan's measured peak (training or evaluation, the larger) over the budget
+   (memory_plan.json).
+5. forgetting_ppl_ratio: `ecotrain update RUN text data.kwargs.offset=5000000` (another part of the
+   stdlib's source) from the shipped recipe's run (--quick: the nanoGPT run), with replay (its buffer
+   sampled from the base's corpus) and LwF: the old corpus's validation perplexity after / before
+   (the version's metrics). Without --quick, the same update without methods is printed too
+   (forgetting_ppl_ratio_naive).
 
 Ends with `RESULT models_ok=K/N tied_resume_identical=true|false ppl_test=... tokens_per_s_vs_hand=...
-tokens_per_s=... flops_per_token=...`. `--quick`: the nanoGPT model alone, tiny schedules, one round,
+tokens_per_s=... flops_per_token=... recipe_dict_dataset=true|false budget_fill=... forgetting_ppl_ratio=...`. `--quick`: the nanoGPT model alone, tiny schedules, one round,
 no run of the shipped recipe (the figures then only show that the bench runs).
 """
 
@@ -166,6 +176,62 @@ def speed(rounds: int, steps: int, seq_len: int, batch: int, max_bytes: int) -> 
     return ratios, last
 
 
+class StdlibDicts(torch.utils.data.Dataset):
+    """A user's token Dataset as a recipe names it (`lm:StdlibDicts`): windows of the stdlib's bytes as
+    dict items, per-token labels (the next byte)."""
+
+    vocab_size = 256
+
+    def __init__(self, seq_len: int = 64, max_bytes: int = 60000):
+        from ecotrain.data.text import packed_rows, read_corpus
+
+        self.rows = packed_rows(read_corpus(max_bytes), seq_len)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        w = self.rows[i].long()
+        return {"input_ids": w[:-1], "labels": w[1:].clone()}  # nanogpt takes no [T] padding mask
+
+
+def dict_recipe(root: Path, steps: int, budget: str) -> tuple[bool, float | None]:
+    """(the dict-items recipe trained through the CLI and its loss fell, planned peak / memory.budget)."""
+    recipe = root / "dicts.yaml"
+    recipe.write_text("# ecotrain fit dicts.yaml\n" + yaml.safe_dump({
+        "name": "lm-dicts", "seed": 0, "task": {"name": "language_model"},
+        "data": {"name": "lm:StdlibDicts", "batch_size": 8, "val_split": 0.1, "test_split": 0.0,
+                 "kwargs": {"seq_len": 64, "max_bytes": 60000}},
+        "model": {"name": "nanogpt", "kwargs": dict(SIZE)}, "optim": {"lr": 3e-3},
+        "loop": {"max_steps": steps, "max_epochs": None, "log_every": 5, "eval_every": steps},
+        "memory": {"budget": budget}, "ledger": {"energy": "off"}}))
+    r = ecotrain("fit", recipe, "--run-dir", root / "dicts", "--quiet")
+    if r.returncode:
+        print("dict recipe:", (r.stderr.strip().splitlines() or ["no stderr"])[-1])
+        return False, None
+    losses = [x["loss"] for x in map(json.loads, (root / "dicts" / "metrics.jsonl").read_text().splitlines())
+              if "loss" in x]
+    plan = json.loads((root / "dicts" / "memory_plan.json").read_text())
+    chosen = plan["chosen"]
+    peak = max(chosen["peak_bytes"], chosen.get("eval_peak_bytes") or 0)
+    print(f"dict recipe: loss {losses[0]:.3f} -> {losses[-1]:.3f}; plan {chosen['plan']}: peak {peak / 2**20:.0f} MiB "
+          f"of a {plan['budget_bytes'] / 2**20:.0f} MiB budget")
+    return losses[-1] < losses[0], peak / plan["budget_bytes"]
+
+
+def forgetting(base: Path, root: Path, steps: int, methods: str) -> float | None:
+    """`ecotrain update BASE text data.kwargs.offset=5000000` (a shifted corpus): the old corpus's
+    validation perplexity after / before, from the printed line."""
+    r = ecotrain("update", base, "text", "data.kwargs.offset=5000000", f"loop.max_steps={steps}",
+                 f"loop.eval_every={steps}", "ledger.energy=off", f"methods={methods}",
+                 "--registry", root / f"registry-{len(list(root.glob('registry-*')))}")
+    lines = r.stdout.strip().splitlines()
+    print(f"update ({methods}): rc {r.returncode}; " + " | ".join(lines[:3]) if lines else
+          f"update: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    found = [w for line in lines for w in line.split() if w.startswith("forgetting_ppl_ratio=")]
+    return float(found[0].split("=")[1]) if found else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny schedules, one round: checks the bench runs")
@@ -181,6 +247,11 @@ def main() -> None:
             shipped = ecotrain("fit", RECIPE, "--run-dir", Path(tmp) / "shipped", "--quiet", "ledger.energy=off")
             ppl = (json.loads((Path(tmp) / "shipped" / "summary.json").read_text())["test_perplexity"]
                    if shipped.returncode == 0 else None)
+        dicts_ok, fill = dict_recipe(Path(tmp), 10 if quick else 40, "1GiB")
+        base = Path(tmp) / ("nanogpt-whole" if quick else "shipped")
+        protect = "[{name: replay, size: 64}, {name: lwf}]"
+        ratio = forgetting(base, Path(tmp), 10 if quick else 100, protect)
+        naive = None if quick else forgetting(base, Path(tmp), 100, "[]")
     for r in rows:
         print(f"{r['name']:8s} loss {r.get('loss_first', float('nan')):.3f} -> {r.get('loss_last', float('nan')):.3f} "
               f"falls={r['loss_falls']} resume_identical={r['resume_identical']} "
@@ -192,7 +263,10 @@ def main() -> None:
     tied = all(r["resume_identical"] for r in rows if r["name"] in TIED)
     print(f"RESULT models_ok={ok}/{len(rows)} tied_resume_identical={str(tied).lower()} "
           f"ppl_test={ppl if ppl is None else f'{ppl:.3f}'} tokens_per_s_vs_hand={statistics.median(ratios):.3f} "
-          f"tokens_per_s={last['tokens_per_s']:.0f} flops_per_token={last['flops_per_token']:.4g}")
+          f"tokens_per_s={last['tokens_per_s']:.0f} flops_per_token={last['flops_per_token']:.4g} "
+          f"recipe_dict_dataset={str(dicts_ok).lower()} budget_fill={fill if fill is None else f'{fill:.3f}'} "
+          f"forgetting_ppl_ratio={ratio if ratio is None else f'{ratio:.4f}'}"
+          + ("" if quick else f" forgetting_ppl_ratio_naive={naive if naive is None else f'{naive:.4f}'}"))
 
 
 if __name__ == "__main__":
