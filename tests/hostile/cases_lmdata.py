@@ -134,3 +134,90 @@ CASES += [
     Case("recipe_dicts_nan", [*FIT, "data.name=lmdata:NaNs", *RUN], 2, ["item 0: 'scale' holds NaN/Inf"],
          LM_DATASETS, env=PY, absent=NO_RUN),
 ]
+
+# `shards:` of .bin token files (data/tokens.py load_token_shards): every shard checked at start-up
+SHARDS = ["data.name=shards:{tmp}/s/{a,b}.bin", "data.kwargs.seq_len=8"]
+
+
+def llmc(magic: int, version: int, values, dtype="uint16", count=None) -> bytes:
+    """llm.c's token file: 256 int32 [magic, version, token count], then the ids."""
+    head = np.zeros(256, dtype="<i4")
+    head[:3] = [magic, version, len(values) if count is None else count]
+    return head.tobytes() + ids(values, dtype)
+
+
+CASES += [
+    refused("shards_tokens_one_shard_empty", ["b.bin", "an empty token file (0 bytes)"],
+            both(write("s/a.bin", ids(GOOD)), write("s/b.bin", b"")), *SHARDS, "data.kwargs.dtype=uint16",
+            "data.kwargs.vocab_size=50"),
+    refused("shards_tokens_llmc_header_truncated", ["b.bin", "its llm.c header promises 400 uint16 ids",
+                                                    "the file is truncated"],
+            both(write("s/a.bin", llmc(20240520, 1, GOOD)), write("s/b.bin", llmc(20240520, 1, GOOD[:100], count=400))),
+            *SHARDS),
+    refused("shards_tokens_mismatched_dtypes", ["shards with mismatched dtypes", "a.bin holds uint16 ids", "b.bin uint32"],
+            both(write("s/a.bin", llmc(20240520, 1, GOOD)), write("s/b.bin", llmc(20240801, 7, GOOD, "uint32"))),
+            *SHARDS),
+    refused("shards_tokens_llmc_unknown_version", ["a.bin", "version 3, not 1"],
+            both(write("s/a.bin", llmc(20240520, 3, GOOD)), write("s/b.bin", ids(GOOD))), *SHARDS),
+    refused("shards_tokens_odd_dtype", ["data.kwargs.dtype", "'uint16' or 'uint32'"],
+            both(write("s/a.bin", ids(GOOD)), write("s/b.bin", ids(GOOD))), *SHARDS, "data.kwargs.dtype=int16",
+            "data.kwargs.vocab_size=50"),
+]
+
+# `ecotrain update` of a language model (continual/lm.py): new data of another tokenizer, before anything trains
+_LM: dict = {}
+PROSE = "the cat sat on a mat while dogs ran over green hills and birds sang in tall trees".split()
+CODE = "def return self if else for in while import class lambda yield none true false".split()
+
+
+def lm_registry(*corpora: str):
+    """tmp/reg: a registry whose v0001 is a nanoGPT trained on `ecotrain tokenize`d prose (BPE, 300 ids),
+    made once a session in this process; tmp/<name>: the corpora named (C: code with its own BPE of 300
+    ids, D: code with the byte tokenizer, 257 ids)."""
+    def setup(tmp) -> None:
+        import atexit
+        import random
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from ecotrain import Config, fit
+        from ecotrain.continual.update import register_run
+        from ecotrain.data.corpus import tokenize_corpus
+
+        if not _LM:
+            home = Path(tempfile.mkdtemp(prefix="ecotrain-hostile-lm-"))
+            atexit.register(shutil.rmtree, home, True)
+            for name, words in (("prose", PROSE), ("code", CODE)):
+                rng = random.Random(len(name))
+                (home / name).mkdir()
+                for i in range(20):
+                    (home / name / f"{i}.txt").write_text(" ".join(rng.choice(words) for _ in range(80)))
+            tokenize_corpus(home / "prose", home / "A", 300)
+            tokenize_corpus(home / "code", home / "C", 300)
+            tokenize_corpus(home / "code", home / "D", tokenizer="bytes")
+            fit(Config.model_validate({
+                "data": {"name": f"tokens:{home / 'A'}", "batch_size": 4, "kwargs": {"seq_len": 16}},
+                "model": {"name": "nanogpt", "kwargs": {"d_model": 16, "n_layers": 1, "n_heads": 2}},
+                "loop": {"max_steps": 2, "max_epochs": None}, "logging": {"progress": "off"},
+                "ledger": {"enabled": False}}), run_dir=home / "run", quiet=True)
+            register_run(home / "reg", home / "run")
+            _LM["home"] = home
+        shutil.copytree(_LM["home"] / "reg", tmp / "reg")
+        for name in corpora:
+            shutil.copytree(_LM["home"] / name, tmp / name)
+    return setup
+
+
+LM_REG = ["--registry", "{tmp}/reg"]
+CASES += [
+    Case("update_lm_corpus_of_another_tokenizer", ["update", "current", "tokens:{tmp}/C", *LM_REG], 2,
+         ["NEW_DATA tokens:", "tokenized with another tokenizer than v0001's", "--tokenizer-from"], lm_registry("C"),
+         absent=("reg/versions/v0002", "reg/work")),
+    Case("update_lm_corpus_of_another_vocabulary", ["update", "current", "{tmp}/D", *LM_REG], 2,
+         ["vocabulary of 257", "v0001's model reads 300", "another tokenizer's ids"], lm_registry("D"),
+         absent=("reg/versions/v0002", "reg/work")),
+    Case("update_lm_npz_is_not_token_data", ["update", "current", "{tmp}/new.npz", *LM_REG], 2,
+         ["NEW_DATA", "a language model's new data is token data"],
+         both(lm_registry(), write("new.npz", b"PK\x05\x06" + b"\0" * 18)), absent=("reg/versions/v0002",)),
+]
