@@ -9,19 +9,23 @@ logits are the largest activation. Steps, CPU, float32, glibc's `release_freed` 
 3. at that length, `--steps` steps of the lever plan beside the naive plan (unconstrained: no budget)
    from the same weights and batches, in this process: `loss_max_rel_diff`, the largest relative
    difference of the per-step losses;
-4. `time_per_token_ratio`: the lever plan's seconds per token at that length / the naive plan's at S
-   (fastest of the timed steps of each fresh process);
-5. `chunked_ce_peak_ratio`: at that length, the peak with checkpointing + chunked loss / checkpointing
-   alone (the loss's own share);
+4. `time_per_token_ratio`: the lever plan's CPU seconds per token at that length / the naive plan's at S
+   (fastest of 4 timed steps of each fresh process, one thread);
+5. `chunked_ce_peak_ratio`: the LM head + cross-entropy alone, forward and backward, over that length's
+   tokens at a large vocabulary (`--ce-vocab`): the peak of the bytes torch's CPU allocator hands out
+   (torch.profiler with profile_memory: every allocation and free in order, summed; not RSS, so
+   glibc's retention does not count) chunked / whole;
 6. `optimizer_offload_exact`: weights after 10 steps with the optimizer state in a file == without;
 7. `zero2_rank_state_ratio`: 2 gloo ranks under torchrun, one step: each rank's bytes of gradients +
-   optimizer state (the tensors it holds: FSDP's local shards) under distributed.strategy=zero2 / DDP's.
-   Counted, not a process peak: these tensors live from the first step to the end.
+   optimizer state (the tensors it holds: FSDP's local shards) with ecotrain's distributed.strategy=zero2
+   wrapping (`TorchDist.wrap`) / with its DDP's. Counted, not a process peak: these tensors live from the
+   first step to the end (DDP's gradient buckets, a second copy of the gradients, are not counted:
+   the ratio is DDP's best case).
 
-    python bench/long_context.py [--seq 256] [--vocab 16384] [--steps 50] [--threads 2] [--quick]
+    python bench/long_context.py [--seq 128] [--vocab 8192] [--steps 50] [--threads 1] [--quick]
 Ends with `RESULT seq_ratio_in_budget=... loss_max_rel_diff=... time_per_token_ratio=...
 zero2_rank_state_ratio=... chunked_ce_peak_ratio=... optimizer_offload_exact=true|false`
-(`--quick`: tiny sizes, 2S at most; chunked_ce_peak_ratio and zero2 left out).
+(`--quick`: tiny sizes, 2S at most, 3 steps; zero2 left out).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -84,19 +89,20 @@ def _rss(field: str) -> int:
 
 
 def worker(args) -> None:
-    """One plan in this fresh process: its training peak over the RSS before training, and its fastest step."""
+    """One plan in this fresh process: its training peak over the RSS before training, and its fastest step
+    after the first (CPU seconds)."""
     release_freed_memory()
     torch.set_num_threads(args.threads)
     levers = set(filter(None, args.levers.split(",")))
     with tempfile.TemporaryDirectory() as folder:
         model, opt = build(args, args.seq_len, levers, folder)
-        data = list(batches(args, args.seq_len, 3))
+        data = list(batches(args, args.seq_len, 5))
         start = _rss("VmRSS")
         times = []
         for x, y in data:
-            t0 = time.perf_counter()
+            t0 = time.process_time()  # CPU seconds: far less disturbed by a shared machine's other jobs than wall time
             step(model, opt, x, y)
-            times.append(time.perf_counter() - t0)
+            times.append(time.process_time() - t0)
         print(json.dumps({"peak": _rss("VmHWM") - start, "step_s": min(times[1:])}))
 
 
@@ -127,23 +133,18 @@ def offload_exact(args) -> bool:
 ZERO2_WORKER = r"""
 import json, os, sys, torch, torch.distributed as td
 sys.path.insert(0, sys.argv[1])
+from ecotrain.config_run import DistributedConfig
+from ecotrain.distributed import TorchDist
 from ecotrain.models.charlm import CharLM
-td.init_process_group("gloo")
-torch.manual_seed(0)
 vocab, d, layers = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 out = {}
 for strategy in ("ddp", "zero2"):
+    cfg = DistributedConfig(strategy=strategy)  # zero2: read as fsdp with reshard_after_forward=false
+    dist = TorchDist(cfg.strategy, torch.device("cpu"), 120)
     torch.manual_seed(0)
-    m = CharLM(vocab=vocab, max_len=64, d_model=d, n_layers=layers, n_heads=4)
-    if strategy == "ddp":
-        m = torch.nn.parallel.DistributedDataParallel(m)
-    else:
-        from torch.distributed.fsdp import fully_shard
-        for b in m.blocks:
-            fully_shard(b, reshard_after_forward=False)
-        fully_shard(m, reshard_after_forward=False)
+    m = dist.wrap(CharLM(vocab=vocab, max_len=64, d_model=d, n_layers=layers, n_heads=4), cfg)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     x = torch.randint(0, vocab, (2, 65))
     torch.nn.functional.cross_entropy(m(x[:, :-1]).flatten(0, 1), x[:, 1:].reshape(-1)).backward()
@@ -161,8 +162,11 @@ td.barrier()
 def zero2_ratio(args) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(ZERO2_WORKER)
+    with socket.socket() as sock:  # a free port: ecotrain's TorchDist joins the agent's store at MASTER_PORT
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", "0", f.name, str(ROOT / "src"), str(args.vocab), str(args.d_model), str(args.layers)]
+           "--master-port", str(port), f.name, str(ROOT / "src"), str(args.vocab), str(args.d_model), str(args.layers)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300,
                              env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -174,16 +178,40 @@ def zero2_ratio(args) -> float:
     return got["zero2"] / got["ddp"]
 
 
+def ce_peak(tokens: int, vocab: int, d_model: int, chunk: int, chunked: bool) -> int:
+    """Peak bytes torch's CPU allocator hands out during the head + cross-entropy's forward and backward
+    over `tokens` tokens (torch.profiler's memory events: each allocation and free, in order)."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(d_model, vocab)
+    h = torch.randn(1, tokens, d_model, requires_grad=True)
+    y = torch.randint(0, vocab, (1, tokens))
+    if chunked:
+        apply_chunked_loss(torch.nn.ModuleDict({"head": head}), chunk)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = head(h)
+        loss = chunked_cross_entropy(out, y) if is_head_input(out) else F.cross_entropy(out.flatten(0, 1), y.reshape(-1))
+        loss.backward()
+        del out, loss
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    now = peak = 0
+    for e in events:  # nbytes: + for an allocation, - for a free
+        now += e.nbytes()
+        peak = max(peak, now)
+    return peak
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=16384)
-    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--ce-vocab", type=int, default=32768, help="chunked_ce_peak_ratio's vocabulary")
+    ap.add_argument("--d-model", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--chunk", type=int, default=128)
     ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-factor", type=int, default=16)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--worker", action="store_true")
@@ -194,13 +222,15 @@ def main() -> None:
         return worker(args)
     if args.quick:
         args.seq, args.vocab, args.d_model, args.steps, args.chunk, args.max_factor = 64, 8192, 32, 3, 32, 2
+        args.ce_vocab = 8192
+    t0 = time.perf_counter()
     torch.set_num_threads(args.threads)
     plan = "ckpt,chunked,optim_offload"
     naive = measure(args, args.seq, "")
     budget = naive["peak"]
     print(f"vocab {args.vocab}, d_model {args.d_model}, {args.layers} layers, batch {args.batch}, float32; "
           f"naive plan at S={args.seq}: training peak {budget / 2**20:.1f} MiB (the budget), "
-          f"{naive['step_s'] * 1e3 / (args.batch * args.seq):.3f} ms/token")
+          f"{naive['step_s'] * 1e3 / (args.batch * args.seq):.3f} CPU-ms/token")
     best, best_m, factor = None, None, 2
     while factor <= args.max_factor:
         m = measure(args, factor * args.seq, plan)
@@ -222,15 +252,15 @@ def main() -> None:
         out["loss_max_rel_diff"] = f"{max(abs(a - b) / abs(b) for a, b in zip(got, ref)):.2e}"
         out["time_per_token_ratio"] = round(best_m["step_s"] / best / naive["step_s"], 3)
         print(f"losses over {args.steps} steps vs the naive plan at {seq}: max rel diff {out['loss_max_rel_diff']}")
-    if best is not None and not args.quick:  # two more processes: left out of --quick
-        ck = measure(args, seq, "ckpt")
-        ck_chunked = measure(args, seq, "ckpt,chunked")
-        print(f"at {seq}: checkpointing alone peak {ck['peak'] / 2**20:.1f} MiB, with the chunked loss "
-              f"{ck_chunked['peak'] / 2**20:.1f} MiB")
-        out["chunked_ce_peak_ratio"] = round(ck_chunked["peak"] / ck["peak"], 3)
+    tokens = args.batch * (seq if best is not None else args.seq)
+    whole, chunked = (ce_peak(tokens, args.ce_vocab, args.d_model, args.chunk, c) for c in (False, True))
+    print(f"head + cross-entropy, forward and backward, {tokens} tokens x vocabulary {args.ce_vocab}: peak "
+          f"{whole / 2**20:.1f} MiB whole, {chunked / 2**20:.1f} MiB in chunks of {args.chunk} (torch.profiler memory)")
+    out["chunked_ce_peak_ratio"] = round(chunked / whole, 3)
     if not args.quick:
         out["zero2_rank_state_ratio"] = round(zero2_ratio(args), 3)
     out["optimizer_offload_exact"] = str(offload_exact(args)).lower()
+    print(f"{time.perf_counter() - t0:.0f} s")
     print("RESULT " + " ".join(f"{k}={v}" for k, v in out.items()))
 
 

@@ -107,6 +107,7 @@ class _ChunkedCE(torch.autograd.Function):
             lse[s:s + chunk] = torch.logsumexp(z, dim=-1)
             picked = z.gather(1, torch.where(keep, yc, 0).unsqueeze(1)).squeeze(1)
             losses[s:s + chunk] = torch.where(keep, lse[s:s + chunk] - picked, 0.0)
+            del z  # before the next chunk's logits exist: one chunk's alive at a time
         ctx.save_for_backward(h, w, b if b is not None else torch.empty(0), y, lse)
         ctx.chunk, ctx.cast, ctx.has_bias = chunk, cast, b is not None
         return losses
@@ -123,7 +124,7 @@ class _ChunkedCE(torch.autograd.Function):
             hc, yc = h[s:s + ctx.chunk], y[s:s + ctx.chunk]
             z = _logits(hc, w, b, ctx.cast)
             keep = yc != IGNORE
-            g = torch.exp(z - lse[s:s + ctx.chunk].unsqueeze(1))  # softmax
+            g = z.sub_(lse[s:s + ctx.chunk].unsqueeze(1)).exp_()  # softmax, in place: one chunk's logits alive
             g.scatter_add_(1, torch.where(keep, yc, 0).unsqueeze(1), torch.full_like(z[:, :1], -1.0))
             g.mul_(torch.where(keep, grad[s:s + ctx.chunk], 0.0).unsqueeze(1))
             gz = g.to(hc.dtype) if not ctx.cast[0] else g.to(ctx.cast[1])  # the matmuls' dtype under autocast
@@ -133,6 +134,7 @@ class _ChunkedCE(torch.autograd.Function):
                 gw += (gz.t() @ hc.to(gz.dtype)).float()
             if gb is not None:
                 gb += g.sum(0)
+            del z, g, gz
         return (gh, None if gw is None else gw.to(w.dtype), None if gb is None else gb.to(b.dtype),
                 None, None, None)
 
