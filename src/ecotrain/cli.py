@@ -111,12 +111,27 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
                     "has no test split")
     ev.add_argument("--out", help="metrics JSON path (default RUN/eval-<label>.json)")
-    pr = sub.add_parser("predict", help="write a trained model's predictions with class probabilities (CSV)")
+    pr = sub.add_parser("predict", help="write a trained model's predictions with class probabilities (CSV); a "
+                        "language model's continuations of prompts (--prompt, docs/lm.md)")
     pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; an exported .pt2 or "
                     ".onnx file (`ecotrain export`); with --registry, a version (`current`)")
-    pr.add_argument("--data", nargs="+", required=True, metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
-                    "optional) and/or overrides of the run's data section")
-    pr.add_argument("--out", required=True, help="predictions CSV, e.g. preds.csv")
+    pr.add_argument("--data", nargs="+", default=[], metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
+                    "optional) and/or overrides of the run's data section (a classifier: required)")
+    pr.add_argument("--out", help="predictions CSV, e.g. preds.csv (a classifier: required); a language model's "
+                    "continuations (default: stdout)")
+    pr.add_argument("--prompt", action="append", metavar="TEXT", help="a language model: a prompt to continue "
+                    "(repeat for more)")
+    pr.add_argument("--prompts", metavar="FILE", help="a language model: a UTF-8 file of prompts, one per line")
+    pr.add_argument("--max-new-tokens", type=int, help="tokens to add to each prompt (default 100); "
+                    "past the model's context the window slides")
+    pr.add_argument("--sample", action="store_true", help="sample the next token (default: greedy, the most likely)")
+    pr.add_argument("--temperature", type=float, help="with --sample: logits / T (default 1)")
+    pr.add_argument("--top-k", type=int, help="with --sample: keep the K most likely tokens")
+    pr.add_argument("--seed", type=int, help="with --sample: the generator's seed, per prompt (default 0)")
+    pr.add_argument("--format", choices=["text", "jsonl"], help="a language model's output: text, "
+                    "or JSON lines with token counts (default text)")
+    pr.add_argument("--tokenizer", metavar="FILE", help="a language model whose run carries no tokenizer: its "
+                    "tokenizer.json")
     pr.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
                     "has no test split")
     for p_ in (ev, pr):

@@ -13,6 +13,7 @@ from ecotrain.continual import serve
 from ecotrain.device import resolve_device
 from ecotrain.entry import resume_run
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
+from ecotrain.export.generate import cmd_continue
 from ecotrain.export.predict import cmd_predict_exported, is_exported
 from ecotrain.inference import evaluate, predict
 from ecotrain.memory.estimate import format_plan, make_plan, measured_report
@@ -95,8 +96,15 @@ def _registry_served(args) -> bool:
 
 
 def cmd_predict(args, ctx) -> int:
+    lm_flags = (args.prompt, args.prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                args.format, args.tokenizer)
+    if args.sample or any(v is not None for v in lm_flags):  # a language model continues prompts
+        return cmd_continue(args, ctx)
     if is_exported(args.target):  # a .pt2/.onnx from `ecotrain export`: no run folder, no model class
         return cmd_predict_exported(args, ctx)
+    if not args.data or args.out is None:
+        raise ConfigError(f"predict {args.target}: give --data FILE|KEY=VALUE and --out CSV (a language model: "
+                          "--prompt TEXT or --prompts FILE)")
     if _registry_served(args):
         rows, path, counts = serve.predict(args.registry, args.target, args.data[0], args.out, args.cohort)
         ctx.committed()

@@ -332,7 +332,8 @@ def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] =
     path = _writable(Path(out), "--out", data)
     trained = load_trained(target, device)
     if trained.is_lm:
-        raise ConfigError(f"predict: {target} is a language model; predict writes class probabilities of classifiers")
+        raise ConfigError(f"predict: {target} is a language model; give --prompt TEXT or --prompts FILE (one prompt "
+                          "per line) to continue, not --data")
     src, split, _, labelled = eval_data(trained, list(data), split, need_labels=False)
     stats, column = serving(trained, domain, list(data), split, len(src))
     if stats is not None and domain is not None:

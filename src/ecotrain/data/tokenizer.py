@@ -100,18 +100,26 @@ def load_tokenizer(path) -> ByteTokenizer | BPETokenizer:
         path = path / TOKENIZER_FILE
     try:
         text = path.read_text(encoding="utf-8")
-        obj = json.loads(text)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable tokenizer file ({getattr(exc, 'strerror', None) or exc})") from None
+    return parse_tokenizer(text, path)
+
+
+def parse_tokenizer(text: str, where) -> ByteTokenizer | BPETokenizer:
+    """A tokenizer.json's text (a file's, or one an exported model carries); `where` names it in errors."""
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"{where}: not a readable tokenizer file ({exc})") from None
     if isinstance(obj, dict) and obj.get("ecotrain_tokenizer") == "bytes":
         return ByteTokenizer()
     tk = _tokenizers()
     if tk is None:
-        raise ConfigError(f"{path}: a BPE tokenizer needs the tokenizers library: pip install 'ecotrain[lm]'")
+        raise ConfigError(f"{where}: a BPE tokenizer needs the tokenizers library: pip install 'ecotrain[lm]'")
     try:
         tok = BPETokenizer(tk.Tokenizer.from_str(text))
     except Exception as exc:  # the library's own parse error, whatever its type
-        raise DataError(f"{path}: not a tokenizers tokenizer ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise DataError(f"{where}: not a tokenizers tokenizer ({type(exc).__name__}: {str(exc)[:200]})") from None
     return tok
 
 

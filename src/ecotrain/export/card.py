@@ -6,13 +6,16 @@ The metadata carries the task and the test metrics (`model-index`; a seed group:
 seeds, each seed and the 95% interval under `ecotrain`), and `co2_eq_emissions` from the ledger:
 grams CO2e (a group: every seed's, since all were trained to choose one), whether the energy was
 measured or estimated and how, the grid, the hardware. The body says how the weights were chosen
-(validation only) and what the data was. No torch, no huggingface_hub: plain YAML.
+(validation only) and what the data was. A language model's card says its perplexity and bits per
+byte, the tokens it was trained on, its tokenizer, its context length and its parameters (tied weights
+counted once, as model.safetensors stores them). No torch, no huggingface_hub: plain YAML.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 from typing import Optional
 
@@ -116,6 +119,9 @@ def front_matter(shipped: Shipped, metrics: dict, co2: Optional[dict]) -> dict:
     if shipped.group:
         ours.update({"group": shown(str(shipped.group_file)), "seeds": [r.seed for r in shipped.group],
                      "chosen_seed": run.seed})
+    lm = language_model(run)
+    if lm is not None:
+        ours["language_model"] = lm
     meta["ecotrain"] = ours
     return meta
 
@@ -158,7 +164,10 @@ def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, ex
         lines.append(f"- this run: {ledger.get('wall_seconds') or 0:.1f} s wall, "
                      + (f"{energy:.3g} kWh, " if energy is not None else "")
                      + f"{((ledger.get('flops') or {}).get('total') or 0):.3g} FLOPs (`ecotrain ledger {run.path}`)")
-    lines += ["", *_export_lines(exports)]
+    lm = language_model(run)
+    if lm is not None:
+        lines += ["", "## Language model", "", *_lm_lines(lm)]
+    lines += ["", *_export_lines(exports, lm is not None)]
     return "\n".join(lines) + "\n"
 
 
@@ -196,18 +205,22 @@ def _data_lines(data: dict, s: dict) -> list[str]:
     return out
 
 
-def _export_lines(exports: dict) -> list[str]:
+def _export_lines(exports: dict, lm: bool = False) -> list[str]:
+    run_it = ("`ecotrain predict MODEL.pt2 --prompt \"def main(\" --max-new-tokens 50` continues a prompt (the "
+              "tokenizer travels inside the file)" if lm else "`ecotrain predict MODEL.pt2 --data FILE.npz --out "
+              "preds.csv` runs it")
     if not exports:
         return ["## Use", "", "`ecotrain export RUN --format pt2|onnx` writes a program that loads without the "
-                "model's class; `ecotrain predict MODEL.pt2 --data FILE.npz --out preds.csv` runs it."]
+                f"model's class; {run_it}."]
     lines = ["## Exported files", "", "| file | format | max abs difference vs eager (test split) |", "|---|---|---|"]
     for name, r in sorted(exports.items()):
         lines.append(f"| `{name}` | {r.get('format')} | {r.get('max_abs_diff', float('nan')):.3g} |")
     lines += ["", "```python", "from ecotrain.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
               "or evaluated", "", f"program, _ = load_pt2(\"{_first(exports, 'pt2')}\")", "model = program.module()"
-              "  # no model class needed", "logits = model(x)", "```", "",
+              "  # no model class needed", "logits = model(input_ids)  # [batch, tokens, vocabulary]" if lm
+              else "logits = model(x)", "```", "",
               "(plain `torch.export.load` unpickles what the archive says: only for a file you made yourself)", "",
-              "or `ecotrain predict MODEL.pt2 --data FILE.npz --out preds.csv`."]
+              f"or {run_it}."]
     return lines
 
 
@@ -262,3 +275,84 @@ def cmd_card(args, ctx) -> int:
     said = f"{co2['emissions']:.4g} gCO2e ({note})" if co2 else f"CO2e {note}"
     print(f"model card: {path} ({said})" + (f"; {repeated_note(shipped)}" if shipped.repeated else ""))
     return 0
+
+
+# -- a language model ---------------------------------------------------------------------------
+def language_model(run: Run) -> Optional[dict]:
+    """A language model's figures for its card (None for other tasks): test (else validation) perplexity
+    and bits per byte (bits per token when the data does not say its bytes), tokens trained on, the
+    tokenizer, the context length and the parameters."""
+    if task_name(run) != "language_model":
+        return None
+    s = run.summary
+    split = "test" if isinstance(s.get("test_perplexity"), (int, float)) else "val"
+    params, tied, rows = weights_summary(run.path / "model.safetensors")
+    kwargs = (run.config.get("model") or {}).get("kwargs") or {}
+    data_kwargs = (run.config.get("data") or {}).get("kwargs") or {}
+    context = kwargs.get("max_len") or rows or data_kwargs.get("seq_len")
+    return {"split": split, "perplexity": s.get(f"{split}_perplexity"), "bits_per_byte": s.get(f"{split}_bits_per_byte"),
+            "bits_per_token": s.get(f"{split}_bits_per_char"), "tokens_seen": s.get("tokens_seen"),
+            "tokenizer": tokenizer_name(run), "context_length": context if isinstance(context, int) else None,
+            "parameters": params, "tied": tied}
+
+
+def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
+    """(parameters, {tied name: the name stored}, rows of a learned position table) from a safetensors
+    header: each stored tensor counted once, so a tied head and embedding count once."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size)) if size <= 1 << 27 else None
+    except (OSError, ValueError, struct.error):
+        return None, {}, None
+    if not isinstance(header, dict):
+        return None, {}, None
+    meta = header.pop("__metadata__", None) or {}
+    shapes = [v.get("shape") for v in header.values() if isinstance(v, dict)]
+    if not all(isinstance(sh, list) and all(isinstance(d, int) for d in sh) for sh in shapes):
+        return None, {}, None
+    try:
+        tied = json.loads(meta.get("ecotrain.aliases") or "{}")
+    except (ValueError, AttributeError):
+        tied = {}
+    positions = [v["shape"][0] for k, v in header.items() if k.endswith("wpe.weight") and len(v["shape"]) == 2]
+    return sum(math.prod(sh) for sh in shapes), tied if isinstance(tied, dict) else {}, \
+        (positions[0] if positions else None)
+
+
+def tokenizer_name(run: Run) -> str:
+    """The tokenizer in words: RUN/tokenizer.json's kind and size, bytes for the built-in text source."""
+    try:
+        tok = json.loads((run.path / "tokenizer.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if (run.config.get("data") or {}).get("name") == "text":
+            return "bytes: the 256 byte values (the built-in text source)"
+        return "not recorded (the run's data came without tokenizer.json)"
+    except (OSError, ValueError):
+        return "tokenizer.json is unreadable"
+    if not isinstance(tok, dict):
+        return "tokenizer.json is not a tokenizer"
+    if tok.get("ecotrain_tokenizer") == "bytes":
+        return "bytes: the 256 byte values and end of document (257 ids; tokenizer.json)"
+    model = tok.get("model") if isinstance(tok.get("model"), dict) else {}
+    vocab = model.get("vocab") if isinstance(model.get("vocab"), dict) else {}
+    added = [t for t in tok.get("added_tokens") or [] if isinstance(t, dict) and t.get("content") not in vocab]
+    byte_level = "ByteLevel" in json.dumps(tok.get("pre_tokenizer"))
+    return (f"{'byte-level ' if byte_level else ''}{model.get('type') or 'unknown'} of {len(vocab) + len(added):,} ids "
+            "(tokenizers library; tokenizer.json)")
+
+
+def _lm_lines(lm: dict) -> list[str]:
+    def fig(v, f):
+        return format(v, f) if isinstance(v, (int, float)) else "not recorded"
+    tied = lm["tied"]
+    params = fig(lm["parameters"], ",")
+    if tied:
+        params += " (tied: " + ", ".join(f"`{a}` is `{b}`" for a, b in sorted(tied.items())) + ", counted once)"
+    return [f"- {lm['split']} perplexity: {fig(lm['perplexity'], '.4g')}; bits per byte: "
+            f"{fig(lm['bits_per_byte'], '.4g')}" + ("" if lm["bits_per_byte"] is not None else
+                                                     f" (bits per token: {fig(lm['bits_per_token'], '.4g')})"),
+            f"- tokens trained on: {fig(lm['tokens_seen'], ',.0f')}",
+            f"- tokenizer: {lm['tokenizer']}",
+            f"- context length: {fig(lm['context_length'], ',')} tokens",
+            f"- parameters: {params}"]

@@ -2,6 +2,12 @@
 on validation) traced, checked on the test split against the eager model, then written with
 export.json (the check's figures, one record per exported file) and the model card beside it.
 
+A language model (export/lm.py): the program takes token ids alone, with a dynamic batch and a dynamic
+sequence length from 1 token to the model's context; parity is checked on the test split's windows,
+then on shorter windows (about half the length, and one token) in batches of another size, and at the
+full context on random ids when the data's windows are shorter. The run's tokenizer travels inside the
+file (tokenizer.json), so `ecotrain predict MODEL.pt2 --prompt TEXT` needs nothing else.
+
 Order: every check and the whole export happen in memory first; the files are written (atomically)
 only after the parity check passed, so a refused export leaves nothing behind.
 
@@ -16,12 +22,14 @@ from pathlib import Path
 
 import torch
 
+from ecotrain.data.tokenizer import TOKENIZER_FILE
 from ecotrain.errors import ConfigError
 from ecotrain.export import onnxfile
 from ecotrain.export.card import ours, write_card
-from ecotrain.export.parity import check, enforce
-from ecotrain.export.program import (SEQUENCE_TASKS, example_inputs, input_spec, load_pt2, pt2_bytes,
-                                     trace)
+from ecotrain.export.lm import CHECK_BATCH, Windows, parity_sources, run_tokenizer
+from ecotrain.export.parity import check, enforce, fold
+from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inputs, input_spec, load_pt2,
+                                     pt2_bytes, trace)
 from ecotrain.export.shipped import locate
 from ecotrain.inference import load_trained
 from ecotrain.jsonfile import read_json
@@ -74,19 +82,31 @@ def cmd_export(args, ctx) -> int:
     source = bundle.test if bundle.test is not None else bundle.val
     if source is None:
         raise ConfigError(f"export {run}: the run has no test or validation split to check the export on")
+    lm = task.name == "language_model"
+    max_len, extra = None, {}
+    if lm:  # token ids alone (export/lm.py), the context the model takes, the run's tokenizer
+        source = Windows(source, task) if hasattr(source, "take") else source  # a user's loader: as it is
+        max_len = context_length(trained.model)
+        _, text = run_tokenizer(trained.out_dir, trained.config.data.name)
+        extra = {TOKENIZER_FILE: text} if text else {}
     inputs, kwargs = example_inputs(task, source)
-    ep = trace(trained.model, inputs, kwargs, task.name in SEQUENCE_TASKS)
+    ep = trace(trained.model, inputs, kwargs, task.name in SEQUENCE_TASKS, max_len)
     meta = {"ecotrain": __version__, "run": str(run), "task": task.name, "num_classes": bundle.num_classes,
             "inputs": input_spec(ep), "columns": trained.columns, "target": trained.config.data.target,
             "columns_chosen": bool(trained.config.data.features),  # other columns of a CSV are ignored
             "bn_statistics": bn}
-    data = pt2_bytes(ep, meta)
+    if lm:
+        meta.update({"context_length": max_len, "tokenizer": bool(extra)})
+    data = pt2_bytes(ep, meta, extra)
     runners = {"program": load_pt2(data)[0].module()}  # the file's own bytes, read back as a user would
     if fmt == "onnx":
-        data = onnxfile.onnx_bytes(ep, inputs, kwargs, meta)
+        data = onnxfile.onnx_bytes(ep, inputs, kwargs, meta, extra)
         if onnxfile.has_runtime():
             runners["onnxruntime"] = onnxfile.Session(data)
     figures = check(trained.model, runners, task, source, trained.config.data.batch_size * 4)
+    if lm and isinstance(source, Windows):  # other lengths and batch sizes than the traced example's
+        for length, other in parity_sources(source, max_len, bundle.num_classes):
+            figures = fold(figures, check(trained.model, runners, task, other, CHECK_BATCH), length)
     record = {"format": fmt, "file": out.name, "run": str(run), "weights": trained.weights, "split": split,
               "samples": _length(source), "tolerance": tolerance, "inputs": meta["inputs"], "bn_statistics": bn,
               "torch": torch.__version__, **figures}
@@ -102,7 +122,8 @@ def cmd_export(args, ctx) -> int:
     if mine and not args.no_card:
         wrote.append(str(write_card(shipped, card)))
     ctx.committed()
-    print(f"exported: {out} ({fmt}; {_spec_line(meta['inputs'])})")
+    print(f"exported: {out} ({fmt}; {_spec_line(meta['inputs'])}"
+          + ("; tokenizer inside" if extra else "; no tokenizer: predict needs --tokenizer" if lm else "") + ")")
     print(_parity_line(record, split))
     print(f"wrote {' and '.join(wrote)}"
           + ("" if mine or args.no_card else f"; {card} is not ecotrain's, so no card (`ecotrain card --out`)"))
@@ -134,8 +155,10 @@ def _spec_line(spec: list[dict]) -> str:
 def _parity_line(record: dict, split: str) -> str:
     runners = [n for n in ("program", "onnxruntime") if isinstance(record.get(n), dict)]
     diffs = ", ".join(f"{record[n]['max_abs_diff']:.3g} ({n})" for n in runners)
-    key = "test_accuracy" if "test_accuracy" in record["eager"] else "test_loss"
+    key = next(k for k in ("test_perplexity", "test_accuracy", "test_loss") if k in record["eager"])
     said = ", ".join(f"{record[n][key]:.4f} {n}" for n in runners)
     n = f"{record['samples']} samples" if record["samples"] is not None else "all of it"
-    return (f"parity on the {split} split ({n}): max abs diff {diffs}; "
+    lengths = record.get("lengths") or {}
+    also = f" and at sequence lengths {', '.join(lengths)} ({max(lengths.values()):.3g})" if lengths else ""
+    return (f"parity on the {split} split ({n}){also}: max abs diff {diffs}; "
             f"{key.replace('test', split)} {record['eager'][key]:.4f} eager, {said}")

@@ -31,16 +31,18 @@ def has_runtime() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def onnx_bytes(ep: ExportedProgram, args: tuple, kwargs: dict, meta: dict) -> bytes:
-    """The ONNX model of the traced program (its dynamic dimensions kept), `meta` in its metadata."""
+def onnx_bytes(ep: ExportedProgram, args: tuple, kwargs: dict, meta: dict, extra: dict[str, str] | None = None) -> bytes:
+    """The ONNX model of the traced program (its dynamic dimensions kept), `meta` in its metadata (and
+    `extra`, each under its file name: a language model's tokenizer.json)."""
     require()
     outputs = len(ep.graph_signature.user_outputs)
     with quiet_torch():  # the exporter logs each torchvision op it skips, and prints its steps
         program = torch.onnx.export(ep, args, kwargs=kwargs or None, dynamo=True, verbose=False,
                                     output_names=["logits"] if outputs == 1 else None)
     proto = program.model_proto
-    entry = proto.metadata_props.add()
-    entry.key, entry.value = META_FILE, json.dumps(meta, sort_keys=True)
+    for key, value in {**(extra or {}), META_FILE: json.dumps(meta, sort_keys=True)}.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
     return proto.SerializeToString()  # protobuf's 2 GB limit: larger models need the .pt2
 
 
@@ -55,7 +57,9 @@ class Session:
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
-        meta = self.session.get_modelmeta().custom_metadata_map.get(META_FILE)
+        props = self.session.get_modelmeta().custom_metadata_map
+        meta = props.get(META_FILE)
+        self.extra = {k: v for k, v in props.items() if k != META_FILE}  # a language model's tokenizer.json
         try:
             self.meta = json.loads(meta) if meta else {}
         except ValueError:

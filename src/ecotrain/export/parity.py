@@ -94,3 +94,19 @@ def enforce(record: dict, tolerance: float, what: str) -> None:
                             f"test split by {record['max_abs_diff']:.3g} at most ({record['relative_diff']:.3g} "
                             f"relative), above the tolerance {tolerance:g}; nothing was written (a model that is "
                             "random or stateful at inference cannot be exported as it is; --tolerance to accept it)")
+
+
+def fold(record: dict, more: dict, length: int) -> dict:
+    """`record` (the test split's check) with `more` (the same runners at another sequence length) folded
+    in: each runner's largest difference and NaN count over both, and `lengths`: {length: largest diff}."""
+    runners = [n for n in more if isinstance(more[n], dict) and "max_abs_diff" in more[n]]
+    for n in runners:
+        mine, theirs = record[n], more[n]
+        mine["max_abs_diff"] = max(mine["max_abs_diff"], theirs["max_abs_diff"])
+        mine["relative_diff"] = max(mine["relative_diff"], theirs["relative_diff"])
+        mine["nonfinite"] += theirs["nonfinite"]
+    record.setdefault("lengths", {})[str(length)] = more["max_abs_diff"]
+    record["max_abs_diff"] = max(record[n]["max_abs_diff"] for n in runners)
+    record["relative_diff"] = max(record[n]["relative_diff"] for n in runners)
+    record["nonfinite"] = sum(record[n]["nonfinite"] for n in runners)
+    return record

@@ -33,13 +33,16 @@ def is_exported(target: str) -> bool:
     return Path(target).suffix.lower() in SUFFIXES
 
 
-def load_exported(path: Path):
-    """(callable, ecotrain.json checked) of an exported file."""
+def load_exported(path: Path, extra: dict | None = None):
+    """(callable, ecotrain.json checked) of an exported file; `extra`, when given, gets the other files
+    it carries (a language model's tokenizer.json)."""
     user_path(path, "predict", "give a .pt2 or .onnx file that `ecotrain export` wrote")
     if path.suffix.lower() == ".onnx":
         session = onnxfile.load(path)
+        if extra is not None:
+            extra.update(session.extra)
         return session, check_meta(session.meta, path)
-    ep, meta = load_pt2(path)  # CheckpointError, one line: damaged, foreign, or would run code
+    ep, meta = load_pt2(path, extra)  # CheckpointError, one line: damaged, foreign, or would run code
     return ep.module(), check_meta(meta, path)
 
 
@@ -88,6 +91,9 @@ def predict_exported(model_path, data: list[str], out) -> tuple[int, Path]:
         raise ConfigError(f"--out {out}: give a file path in a folder that exists")
     refuse_overwriting(out, "--out", [data_path, model_path])
     fn, meta = load_exported(model_path)
+    if meta.get("task") == "language_model":
+        raise ConfigError(f"predict: {model_path} is a language model; give --prompt TEXT or --prompts FILE "
+                          "(one prompt per line) to continue, not --data")
     if meta.get("task") not in (None, "classification"):
         raise ConfigError(f"predict: {model_path} is a {meta['task']} model; predict writes class probabilities "
                           "of classifiers")
@@ -116,6 +122,8 @@ def cmd_predict_exported(args, ctx) -> int:
         if getattr(args, flag, None) is not None:
             raise ConfigError(f"--{flag}: not with an exported model ({args.target}); it is one program, given "
                               "one data file")
+    if args.out is None:
+        raise ConfigError(f"predict {args.target}: give --data FILE and --out CSV (a language model: --prompt TEXT)")
     rows, path = predict_exported(args.target, args.data, args.out)
     ctx.committed()
     print(f"wrote {rows} predictions to {path}")

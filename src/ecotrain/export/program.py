@@ -2,8 +2,9 @@
 
 The input spec is the run's own: one batch of its test split gives the example inputs (what the task
 passes the model), the first dimension of every input is dynamic (`batch`), and for the language-model
-and sequence tasks the second one too (`Dim.AUTO`: torch.export reads its range off the model, e.g. up
-to CharLM's `max_len`). What the file needs to be used without ecotrain's config travels inside it as
+and sequence tasks the second one too: a language model's from 1 token to its context length
+(`context_length`: nanoGPT's and CharLM's `max_len`, a `transformers` config's positions), checked
+by the exported program; a sequence task's `Dim.AUTO` (torch.export reads its range off the model). What the file needs to be used without ecotrain's config travels inside it as
 `ecotrain.json` (the task, the classes, the input spec, a CSV run's column names).
 
 A model that cannot be traced (a Python branch on a tensor's value, a size the model fixes) is one
@@ -58,14 +59,27 @@ def example_inputs(task, source) -> tuple[tuple, dict]:
     return tuple(args), dict(kwargs)
 
 
-def dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict, sequence: bool):
-    """Every input's first dimension is the one `batch`; a sequence task's second is left to torch.export."""
+def context_length(model: nn.Module) -> int | None:
+    """The most tokens a language model takes at once: its `max_len` (nanoGPT, CharLM), or its
+    `transformers` config's positions; None when the model does not say."""
+    size = getattr(model, "max_len", None)
+    config = getattr(model, "config", None)
+    for name in ("n_positions", "max_position_embeddings"):
+        if size is None and config is not None:
+            size = getattr(config, name, None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict, sequence: bool, max_len: int | None = None):
+    """Every input's first dimension is the one `batch`; a sequence task's second is `seq`, 1 to
+    `max_len` when given (a language model's context), else left to torch.export."""
     batch = Dim("batch")
+    seq = Dim("seq", min=1, max=max_len) if max_len else Dim.AUTO  # min 1: a one-token prompt
 
     def spec(t):
         if not isinstance(t, torch.Tensor) or t.ndim == 0:
             return None
-        return {0: batch, **({1: Dim.AUTO} if sequence and t.ndim > 1 else {})}
+        return {0: batch, **({1: seq} if sequence and t.ndim > 1 else {})}
 
     if not kwargs:
         return tuple(spec(a) for a in args)
@@ -91,13 +105,13 @@ def quiet_torch():
             lg.setLevel(level)
 
 
-def trace(model: nn.Module, args: tuple, kwargs: dict, sequence: bool) -> ExportedProgram:
+def trace(model: nn.Module, args: tuple, kwargs: dict, sequence: bool, max_len: int | None = None) -> ExportedProgram:
     """`torch.export.export` of `model` (in eval mode, on the CPU) with the run's input spec."""
     model.eval()
     try:
         with quiet_torch():
             return torch.export.export(model, args, kwargs or None,
-                                       dynamic_shapes=dynamic_shapes(model, args, kwargs, sequence))
+                                       dynamic_shapes=dynamic_shapes(model, args, kwargs, sequence, max_len))
     except Exception as exc:  # torch.export's errors span pages: one line naming the spot instead
         raise cannot_export(exc, model) from None
 
@@ -158,19 +172,22 @@ def input_spec(ep: ExportedProgram) -> list[dict]:
     return out
 
 
-def pt2_bytes(ep: ExportedProgram, meta: dict) -> bytes:
-    """The .pt2 archive, with `meta` inside it as ecotrain.json."""
+def pt2_bytes(ep: ExportedProgram, meta: dict, extra: dict[str, str] | None = None) -> bytes:
+    """The .pt2 archive, with `meta` inside it as ecotrain.json (and `extra`: a language model's
+    tokenizer.json)."""
     buf = io.BytesIO()
-    torch.export.save(ep, buf, extra_files={META_FILE: json.dumps(meta, sort_keys=True)})
+    torch.export.save(ep, buf, extra_files={**(extra or {}), META_FILE: json.dumps(meta, sort_keys=True)})
     return buf.getvalue()
 
 
-def load_pt2(source: bytes | str | Path) -> tuple[ExportedProgram, dict]:
+def load_pt2(source: bytes | str | Path, extra: dict | None = None) -> tuple[ExportedProgram, dict]:
     """(program, ecotrain.json) of a .pt2 archive, through the safe reader (safeload.py: nothing in the
-    file is unpickled or evaluated)."""
-    ep, extra = safeload.load_pt2(source)
+    file is unpickled or evaluated). `extra`, when given, is filled with the archive's other extra files."""
+    ep, files = safeload.load_pt2(source)
     try:
-        meta = json.loads(extra.get(META_FILE) or "{}")
+        meta = json.loads(files.get(META_FILE) or "{}")
     except ValueError:
         meta = {}
+    if extra is not None:
+        extra.update({k: v for k, v in files.items() if k != META_FILE})
     return ep, meta if isinstance(meta, dict) else {}
