@@ -42,7 +42,7 @@ from ecotrain.config import _merge, build_config, load_config, parse_overrides
 from ecotrain.config_tokens import SIDECAR
 from ecotrain.continual.gate import _mean, decide_perplexity
 from ecotrain.continual.registry import Slice
-from ecotrain.continual.versions import lineage, load_version_model
+from ecotrain.continual.versions import Outcome, lineage, load_version_model
 from ecotrain.data import load_data
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.finish import save_weights
@@ -53,6 +53,7 @@ from ecotrain.methods.replay import IGNORE, reservoir_vectorised, token_rows
 from ecotrain.rundir import TOKENIZER
 from ecotrain.task import logits_of
 from ecotrain.tensorfile import cpu_copy
+from ecotrain.trainer import fit
 
 LM_TASK = "language_model"  # meta["task"] of a language model's version
 SLICE_WINDOWS = 512  # windows kept per slice, at most: a few hundred thousand tokens at seq_len 512
@@ -135,8 +136,6 @@ def check_tokenizer(base: str, base_meta: dict, bundle, data_name: str, base_dir
 
 # -- versions add RUN ------------------------------------------------------------------------------
 def register_lm_run(reg, run: Path, trained, slice_name: Optional[str], data: Optional[str]):
-    from ecotrain.continual.update import Outcome  # update.py imports this module
-
     if data is not None:
         raise ConfigError("versions add --data: a language model's slice is its run's own validation split (the "
                           "corpus it learnt); drop --data")
@@ -278,8 +277,6 @@ def write_base_buffer(base: str, base_meta: dict, size: int, seed: int, out: Pat
 
 
 def update_lm(reg, base: str, base_meta: dict, data, overrides: list[str], opts, preemption=None):
-    from ecotrain.trainer import fit
-
     for flag, given in (("--cohort", opts.cohort), ("--label-map", opts.label_map),
                         ("--drop-contradicted", opts.drop_contradicted or None)):
         if given is not None:
@@ -356,8 +353,6 @@ def forgetting_figures(base_m: dict, cand_m: dict, holdout: list[str], recent: s
 
 
 def _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, opts, tok, data, averaged):
-    from ecotrain.continual.update import Outcome
-
     run_dir, summary = result.run_dir, result.summary
     slices = [*holdout, recent]
     cand_m = lm_metrics(cand, slices)

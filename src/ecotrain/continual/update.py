@@ -38,7 +38,8 @@ from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
-from ecotrain.continual.versions import LOAD_ONLY_SKIP, build_bare, lineage, load_version_model  # noqa: F401
+from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, lineage,  # noqa: F401
+                                         load_version_model)
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.finish import save_weights
 from ecotrain.inference import load_trained
@@ -63,14 +64,6 @@ class UpdateOptions:
     quiet: bool = True
     cohort: Optional[str] = None  # a cohort's own version (serve.py): served to that cohort, gated as served
     average: tuple[float, ...] = ()  # alphas: the candidate averaged with the base, the largest the gate takes
-
-
-@dataclass
-class Outcome:
-    version: str
-    promoted: bool
-    reason: str
-    meta: dict
 
 
 # -- incoming data ----------------------------------------------------------------------------------

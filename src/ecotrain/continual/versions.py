@@ -3,6 +3,8 @@ or its base's plus an adapter, and its lineage (used by `update`, `serve` and th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import build_config
 from ecotrain.continual.registry import Registry
@@ -11,6 +13,16 @@ from ecotrain.methods.adapters import load_adapter, merge
 from ecotrain.models import build_model
 
 LOAD_ONLY_SKIP = ("replay", "ewc", "lwf", "adapters")  # training-time methods: not rebuilt to load a model
+
+
+@dataclass
+class Outcome:
+    """What `update` and `versions add` made: the version, whether it serves, why."""
+
+    version: str
+    promoted: bool
+    reason: str
+    meta: dict
 
 
 def build_bare(meta: dict):

@@ -36,6 +36,7 @@ import torch
 
 from ecotrain.config_tokens import SIDECAR, TokensMeta, TokensOptions, parse
 from ecotrain.data.packing import document_mask, mask_boundaries
+from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle
 from ecotrain.errors import DataError
 from ecotrain.jsonfile import read_json
@@ -312,8 +313,6 @@ def _settings(opts: TokensOptions, meta: Optional[TokensMeta], hint: Optional[in
 
 def _pattern_files(given: str, what: str) -> list[Path]:
     """A file, or a `shards:` pattern of .bin files (a glob, braces, a comma list, a folder)."""
-    from ecotrain.data.shards import expand, is_pattern
-
     if not is_pattern(given):
         return [user_path(given, what, "give a .bin token file (or a pattern of them)", error=DataError)]
     files = expand(given, (".bin",))
@@ -364,8 +363,6 @@ def load_tokens(cfg) -> DataBundle:
 def load_token_shards(cfg) -> Optional[DataBundle]:
     """`shards:PATTERN` naming .bin token files: one stream (None when the pattern names no .bin file:
     tar or Parquet shards, data/shards.py)."""
-    from ecotrain.data.shards import expand
-
     pattern = cfg.data.name.partition(":")[2]
     files = expand(pattern, (".bin",)) if pattern else []
     bins = [f for f in files if f.suffix == ".bin"]
