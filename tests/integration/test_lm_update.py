@@ -117,3 +117,24 @@ def test_token_shards_resume_to_the_same_bytes(cli, world, tmp_path):
     r = cli("fit", recipe(), "--run-dir", tmp_path / "run", "--resume", "auto", "--quiet", "--allow-config-change")
     assert r.returncode == 0 and "resuming from" in r.stderr, r.stderr
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+
+
+def test_replay_and_lwf_train_on_dict_token_batches(world, tmp_path):
+    """A buffer of A's windows (a first run's export), replayed with LwF while training on B's
+    document-attention dict batches: both terms are logged, and the next buffer holds token windows."""
+    def cfg(data, methods, steps):
+        return Config.model_validate({
+            "seed": 1, "data": {"name": f"tokens:{data}", "batch_size": 8, "kwargs": {"seq_len": 32, **(
+                {"attention": "document"} if data.name == "B" else {})}},
+            "model": {"name": "nanogpt", "kwargs": {"d_model": 32, "n_layers": 1, "n_heads": 2}},
+            "loop": {"max_steps": steps, "max_epochs": None, "log_every": 2}, "methods": methods,
+            "logging": {"progress": "off"}, "ledger": {"enabled": False}})
+
+    first = fit(cfg(world / "A", [{"name": "replay", "size": 24}], 2), run_dir=tmp_path / "a", quiet=True)
+    assert first.summary["methods"]["replay"]["buffer"] == 24
+    r = fit(cfg(world / "B", [{"name": "replay", "size": 24, "from": str(tmp_path / "a")},
+                              {"name": "lwf", "teacher": str(tmp_path / "a")}], 4), run_dir=tmp_path / "b", quiet=True)
+    logs = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(x["loss_replay"]) and x["loss_lwf"] >= 0 for x in logs if "loss" in x)
+    rep = r.summary["methods"]["replay"]
+    assert rep["tokens"] and rep["buffer"] == 24 and rep["rows_per_step"] == 2
