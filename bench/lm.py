@@ -223,7 +223,7 @@ def forgetting(base: Path, root: Path, steps: int, methods: str) -> float | None
     """`ecotrain update BASE text data.kwargs.offset=5000000` (a shifted corpus): the old corpus's
     validation perplexity after / before, from the printed line."""
     r = ecotrain("update", base, "text", "data.kwargs.offset=5000000", f"loop.max_steps={steps}",
-                 f"loop.eval_every={steps}", "ledger.energy=off", f"methods={methods}",
+                 f"loop.eval_every={steps}", "ledger.energy=off", f"methods={methods}", "callbacks=[]",
                  "--registry", root / f"registry-{len(list(root.glob('registry-*')))}")
     lines = r.stdout.strip().splitlines()
     print(f"update ({methods}): rc {r.returncode}; " + " | ".join(lines[:3]) if lines else
