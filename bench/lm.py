@@ -29,15 +29,19 @@ tokens per second against a hand-written nanoGPT-style loop on the same model an
    sampled from the base's corpus) and LwF: the old corpus's validation perplexity after / before
    (the version's metrics). Without --quick, the same update without methods is printed too
    (forgetting_ppl_ratio_naive).
+6. export_parity_max: `ecotrain export` of each model's whole run to .pt2 and ONNX (with the onnx extra):
+   the largest absolute logit difference against the eager model, over the test split and the other
+   sequence lengths and batch sizes export checks (1 token, about half the window; export.json).
 
 Ends with `RESULT models_ok=K/N tied_resume_identical=true|false ppl_test=... tokens_per_s_vs_hand=...
-tokens_per_s=... flops_per_token=... recipe_dict_dataset=true|false budget_fill=... forgetting_ppl_ratio=...`. `--quick`: the nanoGPT model alone, tiny schedules, one round,
+tokens_per_s=... flops_per_token=... recipe_dict_dataset=true|false budget_fill=... forgetting_ppl_ratio=... export_parity_max=...`. `--quick`: the nanoGPT model alone, tiny schedules, one round,
 no run of the shipped recipe (the figures then only show that the bench runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -232,6 +236,27 @@ def forgetting(base: Path, root: Path, steps: int, methods: str) -> float | None
     return float(found[0].split("=")[1]) if found else None
 
 
+def export_parity(root: Path, names: list[str]) -> float | None:
+    """`ecotrain export` of each trained model (its `-whole` run) to .pt2 and, with the onnx extra, ONNX:
+    the largest absolute logit difference of any export against the eager model, over the test split and
+    the other sequence lengths export checks (docs/lm.md); None when an export failed."""
+    formats = ["pt2"] + (["onnx"] if all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript")) else [])
+    worst = 0.0
+    for name in names:
+        for fmt in formats:
+            out = root / "exports" / name / f"model.{fmt}"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            r = ecotrain("export", root / f"{name}-whole", "--format", fmt, "--out", out, "--no-card")
+            if r.returncode:
+                print(f"export {name} {fmt}: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+                return None
+            rec = json.loads((out.parent / "export.json").read_text())["files"][out.name]
+            print(f"export {name} {fmt}: max abs logit diff {rec['max_abs_diff']:.3g} (lengths {', '.join(rec['lengths'])} "
+                  f"and the test split's)")
+            worst = max(worst, rec["max_abs_diff"])
+    return worst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny schedules, one round: checks the bench runs")
@@ -252,6 +277,7 @@ def main() -> None:
         protect = "[{name: replay, size: 64}, {name: lwf}]"
         ratio = forgetting(base, Path(tmp), 10 if quick else 100, protect)
         naive = None if quick else forgetting(base, Path(tmp), 100, "[]")
+        parity = export_parity(Path(tmp), [r["name"] for r in rows])
     for r in rows:
         print(f"{r['name']:8s} loss {r.get('loss_first', float('nan')):.3f} -> {r.get('loss_last', float('nan')):.3f} "
               f"falls={r['loss_falls']} resume_identical={r['resume_identical']} "
@@ -266,6 +292,7 @@ def main() -> None:
           f"tokens_per_s={last['tokens_per_s']:.0f} flops_per_token={last['flops_per_token']:.4g} "
           f"recipe_dict_dataset={str(dicts_ok).lower()} budget_fill={fill if fill is None else f'{fill:.3f}'} "
           f"forgetting_ppl_ratio={ratio if ratio is None else f'{ratio:.4f}'}"
+          f" export_parity_max={parity if parity is None else f'{parity:.3g}'}"
           + ("" if quick else f" forgetting_ppl_ratio_naive={naive if naive is None else f'{naive:.4f}'}"))
 
 
