@@ -214,7 +214,9 @@ class EnergyMeter:
         out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
                      "startup_seconds": None, "startup_kwh": None, "pue": self.pue,
                      "meter_startup": {"wait_seconds": self.startup_wait, "cpu_seconds": self.startup_cpu,
-                                       "counted": False, "method": "measured (perf_counter, thread CPU time)"},
+                                       "counted": False, "method": "measured: wait_seconds by perf_counter; cpu_seconds the "
+                                       "start-up thread's own CPU time (its subprocesses and imports another "
+                                       "thread finished are not in it)"},
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
                      "missing_reason": self.reason, "notes": []}
         t, self.tracker = self.tracker, None

@@ -113,6 +113,7 @@ NUMERIC_PATHS = frozenset("""
     co2e.g_per_kwh co2e.kg cost.amount cost.price_per_device_hour cpu_hours cpu_seconds wall_seconds
     device.count device_hours.cpu device_hours.gpu energy.components_kwh.cpu energy.components_kwh.gpu
     energy.components_kwh.ram energy.kwh energy.pue energy.startup_kwh energy.startup_seconds epochs
+    energy.meter_startup.wait_seconds energy.meter_startup.cpu_seconds
     flops.eval flops.eval_passes flops.eval_samples_per_pass flops.forward_per_sample flops.measured_step_flops
     flops.measured_step_samples flops.per_train_sample flops.remeasured flops.total flops.train samples segments
     steps data_wait_share oom_recoveries rollbacks samples_per_second samples_seen skipped_nonfinite_steps
