@@ -153,3 +153,21 @@ def test_a_tied_gpt2_exports_with_dynamic_sequence_parity_and_continues_from_its
     params = sum(p.numel() for p in model.parameters())  # torch counts a tied parameter once
     assert main(["card", str(run)]) == 0
     assert f"- parameters: {params:,} (tied: `hf.lm_head.weight` is" in (run / "README.md").read_text()
+
+
+def test_generation_stops_at_end_of_document_and_top_k_1_is_greedy():
+    from ecotrain.data.tokenizer import ByteTokenizer
+    from ecotrain.export.generate import Decoding, LanguageModel, continue_prompt
+
+    def model(ids):  # favours the id after the last one, and end of document (256) after 3 tokens
+        logits = torch.zeros(1, ids.shape[1], 257)
+        logits[0, -1, 256 if ids.shape[1] >= 3 else (int(ids[0, -1]) + 1) % 256] = 5.0
+        return logits
+
+    lm = LanguageModel(model, 8, 257, ByteTokenizer(), "stub")
+    got = continue_prompt(lm, [65], Decoding(10))
+    assert got == {"ids": [66, 67, 256], "stopped": "end_of_document", "dropped": 0}
+    assert continue_prompt(lm, [65], Decoding(10, True, 0.5, 1, 3))["ids"] == [66, 67, 256]
+    plain = LanguageModel(model, 8, 256, ByteTokenizer(), "stub")  # a vocabulary without the end-of-document id
+    assert continue_prompt(plain, [65], Decoding(4)) == {"ids": [66, 67, 256, 256], "stopped": "max_new_tokens",
+                                                          "dropped": 0}
