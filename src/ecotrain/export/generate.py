@@ -37,6 +37,7 @@ from ecotrain.data.builtin import describe
 from ecotrain.errors import ConfigError, DataError, EcotrainError
 from ecotrain.export.lm import carried_tokenizer, run_tokenizer
 from ecotrain.export.predict import is_exported, load_exported
+from ecotrain.fsnames import shown
 from ecotrain.inference import load_trained
 from ecotrain.export.program import context_length
 from ecotrain.log import log
@@ -100,7 +101,7 @@ def decoding_from(args) -> Decoding:
     return Decoding(n, True, float(t), args.top_k, seed)
 
 
-def read_prompts(given: Optional[list], file: Optional[str]) -> list[str]:
+def read_prompts(given: Optional[list], file: Optional[str]) -> list[tuple[str, str]]:
     """--prompt texts, then the lines of --prompts FILE; each UTF-8 and not empty."""
     prompts = []
     for i, p in enumerate(given or [], 1):
@@ -112,17 +113,17 @@ def read_prompts(given: Optional[list], file: Optional[str]) -> list[str]:
         prompts.append((f"--prompt {i}", p))
     if file is not None:
         path = user_path(file, "--prompts", "give a UTF-8 text file, one prompt per line", error=DataError)
-        raw = path.read_bytes()
+        raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is no prompt text
         try:
-            text = raw.decode("utf-8-sig")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = raw[:exc.start].count(b"\n") + 1
-            raise DataError(f"--prompts {path}: line {line} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
+            raise DataError(f"--prompts {shown(str(path))}: line {line} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
                             f"{exc.start}); save the file as UTF-8") from None
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the file's final newline ends the last prompt
-        prompts += [(f"--prompts {path} line {i}", line.removesuffix("\r")) for i, line in enumerate(lines, 1)]
+        prompts += [(f"--prompts {shown(str(path))} line {i}", line.removesuffix("\r")) for i, line in enumerate(lines, 1)]
     if not prompts:
         raise ConfigError("predict: a language model continues prompts; give --prompt TEXT or --prompts FILE "
                           "(one prompt per line)")
