@@ -18,7 +18,7 @@ CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop"
         "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory.levers", "memory.selective",
         "memory.offload", "memory.chunked_loss", "memory.optim_offload", "distributed", "optim", "safeload", "tensorfile",
         "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
-        "progress_work", "stepplan", "userpath", "jsonfile")
+        "progress_work", "stepplan", "userpath", "jsonfile", "startup")
 WINGS = ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "lrfind", "sweep",
          "inference", "cli", "export")
 

@@ -38,7 +38,6 @@ from ecotrain.memory.chunked_loss import check_task as check_chunked_loss
 from ecotrain.memory.levers import configure_memory, oom_hint
 from ecotrain.memory.measure import for_run as memory_plan_for_run
 from ecotrain.memory.optim_offload import offload_optimizer_state
-from ecotrain.inference import load_trained
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
 from ecotrain.optim import build_optimizer, build_scheduler
@@ -153,6 +152,14 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
         log.warning(f"a rank ran out of memory before this restart: every rank continues with {hint} micro-batches")
         state.counters.oom_recoveries += 1  # every rank reads the same file: the same count on all
     return run
+
+
+def load_trained(*args, **kwargs):
+    """inference.load_trained, imported when a method asks for a trained run (distill's teacher, the
+    curriculum's reference): inference and the methods it rebuilds are not a plain run's start-up."""
+    from ecotrain.inference import load_trained as load  # here: ~10 ms of imports a plain run never needs
+
+    return load(*args, **kwargs)
 
 
 def own_parts(parts: UserParts) -> list[str]:

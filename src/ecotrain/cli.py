@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from ecotrain import startup
 from ecotrain.continual import commands as continual_commands
 from ecotrain.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
 from ecotrain.fsnames import shown, tolerant_streams
@@ -246,6 +247,8 @@ def _dispatch(args) -> int:
     handler must start without it (docs/architecture.md)."""
     module, _, name = COMMANDS[args.command].partition(":")
     handler = getattr(importlib.import_module(module), name)
+    if args.command not in TRAINS:  # a training command's loop resumes the collector (startup.py)
+        startup.resume()
     return handler(args, CommandContext(_PREEMPTION))
 
 
@@ -259,6 +262,7 @@ TRAINS = ("fit", "resume", "update", "green")  # a stop signal finishes the step
 
 def main(argv: list[str] | None = None) -> int:
     global _PREEMPTION
+    startup.pause()  # no cyclic GC passes over the start-up's imports (startup.py); resumed below at the latest
     _PREEMPTION = Preemption()
     _PREEMPTION.install()  # before torch is imported: a SIGTERM during start-up is answered, not fatal
     setup_cli_logging()
@@ -267,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
     finally:
+        startup.resume()
         if argv is None:  # the `ecotrain` program: a signal during interpreter shutdown must not turn the
             _PREEMPTION.settle()  # command's exit code into -15 (its work is done); no caller to restore
             _PREEMPTION.stop_watching()

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from ecotrain.accounting import read_ledger, summary_line
 from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
-from ecotrain.config import load_config
+from ecotrain.config import Config, load_config
 from ecotrain.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError
 from ecotrain.log import log
 from ecotrain.preemption import Preemption
@@ -22,9 +22,10 @@ from ecotrain.trainer import RunResult, fit
 
 def fit_recipe(recipe, overrides: Sequence[str] = (), run_dir=None, *, quiet: bool = False, resume=None,
                allow_config_change: bool = False, init_from=None, keep_optimizer: bool = False,
-               overwrite: bool = False, preemption: Optional[Preemption] = None) -> int:
-    """`ecotrain fit RECIPE OVERRIDES [--run-dir D] [--resume auto|CKPT] ...`: the exit code."""
-    cfg = load_config(recipe, list(overrides))
+               overwrite: bool = False, preemption: Optional[Preemption] = None, config: Optional[Config] = None) -> int:
+    """`ecotrain fit RECIPE OVERRIDES [--run-dir D] [--resume auto|CKPT] ...`: the exit code. `config`: the
+    recipe with its overrides already loaded (the CLI read it to choose the thread count): not read again."""
+    cfg = config if config is not None else load_config(recipe, list(overrides))
     with hold(run_dir):  # the decision below and the run: one command in the folder at a time
         if resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
             resume, overwrite = auto(run_dir, overwrite)

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ecotrain import startup
 from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
@@ -145,6 +146,7 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     on_device = state.device.type != "cpu"
     augment = augment if augment.active else None
     cbs.on_fit_start(state)
+    startup.resume()  # the program's start-up ran without the collector (startup.py): the loop's from here
     gc_was_enabled = gc.isenabled()
     gc.collect(1)  # the young generations only: a full collection costs ~0.5 s after importing torch
     gc.freeze()  # set-up objects (modules, imports) leave the GC's scans until the loop ends

@@ -7,7 +7,7 @@ import json
 
 from ecotrain.config import Config
 from ecotrain.memory.planner import (Baseline, Candidate, Measured, applied, candidates, format_search, from_record,
-                                     predict, search)
+                                     predict, search, shard_hint)
 
 MiB = 2**20
 
@@ -61,3 +61,10 @@ def test_a_budget_only_the_chunked_loss_meets_picks_it():
     assert "pick: no checkpointing, chunked loss, 1 micro-batch of 4, fp32" in text and "runner-up:" in text
     back = from_record(json.loads(json.dumps(s.record(4))))
     assert back.chosen.candidate == s.chosen.candidate and back.chosen.candidate.chunked
+
+
+def test_none_fits_names_zero2_with_the_ranks_it_needs():
+    smallest = Measured(Candidate("all", 4, "fp32"), 700 * MiB, 1.0)
+    line = shard_hint(smallest, 640 * MiB, 100 * MiB)  # 60 MiB over; ZeRO-2 over N ranks saves 100 * (1 - 1/N)
+    assert "distributed.strategy=zero2" in line and "over 4 ranks" in line and "75 MiB per rank" in line
+    assert "smaller data.batch_size" in shard_hint(smallest, 500 * MiB, 100 * MiB)  # 200 MiB over: sharding is not enough

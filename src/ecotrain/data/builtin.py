@@ -20,13 +20,10 @@ import torch
 
 from ecotrain.config import Config
 from ecotrain.data.cache import load_or_make, package_version
-from ecotrain.data.hf import load_hf
 from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
-from ecotrain.data.shards import load_parquet, load_shards
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
 from ecotrain.data.text import load_text
-from ecotrain.data.tokens import load_token_shards, load_tokens
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.userpath import user_path
 
@@ -365,10 +362,13 @@ def load_data(cfg: Config) -> DataBundle:
     name = cfg.data.name
     if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
         return load_text(cfg)
-    if name.startswith("tokens:"):  # token files, memory-mapped, split by position (data/tokens.py)
-        return load_tokens(cfg)
-    if name.startswith("shards:") and (tokens := load_token_shards(cfg)) is not None:  # .bin token shards
-        return tokens
+    if name.startswith(("tokens:", "shards:")):  # the token readers: imported when a recipe names one (startup)
+        from ecotrain.data.tokens import load_token_shards, load_tokens
+
+        if name.startswith("tokens:"):  # token files, memory-mapped, split by position (data/tokens.py)
+            return load_tokens(cfg)
+        if (tokens := load_token_shards(cfg)) is not None:  # .bin token shards
+            return tokens
     own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv, tables)
     if name in BUILTIN:
         try:
@@ -476,8 +476,13 @@ def _on_disk(cfg: Config):
     kind, _, path = cfg.data.name.partition(":")
     if not path:
         raise DataError(f"data.name: '{cfg.data.name}' needs a path: {kind}:FOLDER")
+    # the on-disk formats' readers (~20 ms of imports) are imported when a recipe names one (bench/startup.py)
     if kind == "hf":
+        from ecotrain.data.hf import load_hf
+
         return load_hf(path, cfg.data)
+    from ecotrain.data.shards import load_parquet, load_shards
+
     if kind == "shards":  # .tar or .parquet files (data/tarshards.py, data/shards.py)
         return load_shards(path, cfg.data), None, None, None
     src, _ = load_parquet(path, cfg.data)
