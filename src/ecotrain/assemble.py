@@ -40,7 +40,7 @@ from ecotrain.memory.measure import for_run as memory_plan_for_run
 from ecotrain.memory.optim_offload import offload_optimizer_state
 from ecotrain.models import build_model
 from ecotrain.objective import Objective
-from ecotrain.optim import build_optimizer, build_scheduler
+from ecotrain.optim import build_optimizer, build_scheduler, refuse_user_scheduler
 from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
 from ecotrain.state import TrainState
@@ -118,6 +118,8 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
         offload_optimizer_state(opt, cfg.memory.offload_dir or folder.path, device, dist.strategy)
     sched_total = total if cfg.schedule.interval == "step" else -(-total // max(1, len(sampler)))
     sched = parts.scheduler(opt) if parts.scheduler else build_scheduler(opt, cfg.schedule, sched_total)
+    refuse_user_scheduler(sched, [f"methods.{m.key}" for m in methods.methods if "schedule" in getattr(m, "needs", ())]
+                          + (["divergence.action=rollback"] if cfg.divergence.action == "rollback" else []))
     state = TrainState(cfg, net, opt, sched, Objective(task, methods),
                        Precision(cfg.precision, device), device, len(sampler), total, folder.path, dist, methods,
                        data_source=source if isinstance(source, LoaderSource) else None)

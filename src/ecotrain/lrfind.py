@@ -26,6 +26,7 @@ from ecotrain.assemble import RunOptions, UserParts, assemble
 from ecotrain.config import build_config, load_config
 from ecotrain.device import resolve_device
 from ecotrain.errors import ConfigError
+from ecotrain.optim import Schedule
 from ecotrain.preemption import Preemption
 from ecotrain.rundir import atomic_write, file_in_the_way, refuse_overwriting, write_json
 from ecotrain.seeding import deterministic_algorithms, seed_everything
@@ -86,16 +87,17 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
             run = assemble(cfg, dist, device, UserParts(), RunOptions(run_dir=Path(tmp) / "lrfind", quiet=True),
                            Preemption())
             state, opt = run.state, run.state.optimizer
-            # per-group multipliers (finetune); initial_lr: the schedule has already scaled "lr" by its warmup
-            bases = [g.get("initial_lr", g["lr"]) / cfg.optim.lr for g in opt.param_groups]
+
+            def sweep(t: int) -> float:  # the test's LR over the config's: per-group multipliers (finetune) kept
+                return start * (end / start) ** (t / (steps - 1)) / cfg.optim.lr
+
+            sched = Schedule(opt, sweep)  # the one LR writer (optim.Schedule), with the sweep as its f(t)
             augment = run.augment if run.augment.active else None
             lrs, losses = [], []
             loop.set_train_mode(state)
             batches = _batches(run.sampler)
             for i in range(steps):
                 lr = start * (end / start) ** (i / (steps - 1))
-                for g, k in zip(opt.param_groups, bases):
-                    g["lr"] = lr * k
                 x, y = run.source.take(next(batches))
                 if augment:
                     x = augment(x)
@@ -105,6 +107,7 @@ def range_test(cfg, steps: int, start: float, end: float, smooth: float = 0.9, d
                 if not math.isfinite(value):
                     break
                 loop.optimizer_step(state.model, opt, state.precision, cfg.loop.grad_clip)
+                sched.step()
                 lrs.append(lr)
                 losses.append(value)
                 sm = smoothed(losses, smooth)

@@ -110,19 +110,37 @@ def lr_multiplier(cfg: ScheduleConfig, total: int):
 
 
 class Schedule:
-    """Sets each group's lr to base_lr * f(t). Lighter than LambdaLR (this runs every step) and
-    its whole state is one integer."""
+    """The one writer of the LR: each group's lr is base_lr * f(t) * the product of the named scales.
+    Lighter than LambdaLR (this runs every step). Whatever else changes the LR asks here, by name:
+    `scale("batch_ramp", k)` (methods/batch_ramp.py: the batch-size rule), `scale("divergence", k)`
+    (callbacks/divergence.py: a rollback's lower LR); lr-find gives its own f (lrfind.py). The state is
+    t and the scales, so a resume sets the same LR. With a user's own scheduler (fit(scheduler=...))
+    there is no Schedule: a method or callback that scales the LR is refused in one line
+    (`refuse_user_scheduler`), since a scaled LR read back by a chainable torch scheduler would compound."""
 
     def __init__(self, opt: torch.optim.Optimizer, fn, constant: bool = False):
         self.opt, self.fn, self.t = opt, fn, 0
         self.base_lrs = [g.setdefault("initial_lr", g["lr"]) for g in opt.param_groups]
         self.constant = constant
+        self.scales: dict[str, float] = {}  # name -> factor; saved with t
+        self._product = 1.0
         self._apply()
 
     def _apply(self) -> None:
-        k = self.fn(self.t)
+        k = self.fn(self.t) * self._product
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * k
+
+    def scale(self, name: str, factor: float) -> None:
+        """The LR times `factor` under `name` from now on (replacing that name's earlier factor; 1 drops it)."""
+        if factor == self.scales.get(name, 1.0):
+            return
+        if factor == 1.0:
+            del self.scales[name]
+        else:
+            self.scales[name] = float(factor)
+        self._product = math.prod(self.scales.values())
+        self._apply()
 
     def step(self) -> None:
         self.t += 1
@@ -130,11 +148,21 @@ class Schedule:
             self._apply()
 
     def state_dict(self) -> dict:
-        return {"t": self.t}
+        return {"t": self.t, "scales": dict(self.scales)}
 
     def load_state_dict(self, sd: dict) -> None:
         self.t = int(sd["t"])
+        self.scales = {str(k): float(v) for k, v in sd.get("scales", {}).items()}  # none before issue 53
+        self._product = math.prod(self.scales.values())
         self._apply()
+
+
+def refuse_user_scheduler(sched, who: list[str]) -> None:
+    """One line when something in `who` must scale the LR and the run's scheduler is the user's own."""
+    if who and not callable(getattr(sched, "scale", None)):
+        raise ConfigError(f"{who[0]}: scales the learning rate through ecotrain's schedule (the schedule: "
+                          f"section), and fit(scheduler=...) brings your own {type(sched).__name__}; drop one of "
+                          "them, or scale the LR inside your scheduler")
 
 
 def build_scheduler(opt: torch.optim.Optimizer, cfg: ScheduleConfig, total: int) -> Schedule:

@@ -109,6 +109,42 @@ def test_batch_ramp_lr_rule_scales_the_schedule_and_gives_it_back():
     assert m.summary()["sizes"] == [4, 8, 12, 16] and m.summary()["lr_scaling"] == "sqrt"
 
 
+def test_the_schedule_writes_every_scale_and_a_resume_sets_the_same_lr():
+    """Methods and callbacks ask the schedule for a named scale; it is saved with t, so a schedule
+    rebuilt from the checkpoint sets the same LR (and a factor of 1 drops the name)."""
+    from ecotrain.config import ScheduleConfig
+    from ecotrain.optim import build_scheduler
+
+    def fresh():
+        opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+        return opt, build_scheduler(opt, ScheduleConfig(name="cosine"), 100)
+
+    opt, sched = fresh()
+    for _ in range(7):
+        sched.step()
+    sched.scale("batch_ramp", 0.5)
+    sched.scale("divergence", 0.25)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * sched.fn(7) * 0.125)
+    opt2, again = fresh()
+    again.load_state_dict(sched.state_dict())
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    again.scale("batch_ramp", 1.0)
+    assert again.state_dict()["scales"] == {"divergence": 0.25}
+    again.step()  # the scale outlives the step
+    assert opt2.param_groups[0]["lr"] == pytest.approx(0.1 * again.fn(8) * 0.25)
+
+
+def test_a_method_that_scales_the_lr_refuses_a_users_own_scheduler(tmp_path):
+    from ecotrain import fit
+
+    cfg = Config.model_validate({"data": {"name": "mnist1d", "num_samples": 200}, "loop": {"max_steps": 2},
+                                 "methods": [{"name": "batch_ramp", "lr_scaling": "sqrt", "steps": 2}]})
+    with pytest.raises(ConfigError, match="methods.batch_ramp: scales the learning rate.*LambdaLR"):
+        fit(cfg, run_dir=tmp_path / "run", quiet=True,
+            scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0))
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
 def test_batch_ramp_needs_a_step_budget():
     run = Config.model_validate({"loop": {"max_epochs": 3}, "methods": [{"name": "batch_ramp", "lr_scaling": "none"}]})
     with pytest.raises(ConfigError, match="loop.max_steps"):

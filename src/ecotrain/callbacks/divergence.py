@@ -21,8 +21,8 @@ DDP model a quarter of its speed):
 One process only (refused under torchrun for now): `check_grads` also checks the gradients (a NaN
 gradient under a finite loss), `spike_factor` treats a finite loss far above its running mean as
 divergence, and action=rollback reloads the newest checkpoint whose tensors are all finite (through
-the resume code, `checkpoint.snapshot.restore`), multiplies the LR by `rollback_lr_factor` and trains
-on, at most `max_rollbacks` times. A rollback is a resume in memory: everything a checkpoint holds
+the resume code, `checkpoint.snapshot.restore`), multiplies the LR by `rollback_lr_factor` (asked of
+the schedule: `Schedule.scale`; a user's own scheduler is refused) and trains on, at most `max_rollbacks` times. A rollback is a resume in memory: everything a checkpoint holds
 comes back, except what measures the run as it really went (time, the ledger, the event counters,
 this guard's own counts), so the run stays exactly resumable after it.
 """
@@ -61,7 +61,6 @@ class DivergenceGuard(Callback):
         self.loss_mean: Optional[float] = None  # running mean of accepted losses (spike_factor)
         self.losses_seen = 0
         self._pending: Optional[str] = None  # a divergence waiting for the step's end to roll back
-        self._base_lrs: Optional[list] = None
         self._mode = "loss"  # loss | grads | agreed-loss | all-reduced-loss (see the module docstring)
         self._grads: GradCheck | None = None
         self._agreement = None
@@ -88,9 +87,8 @@ class DivergenceGuard(Callback):
                 self._mode, self._grads = "grads", GradCheck(state.model)
         elif self.check_grads and getattr(state.precision, "scaler", None) is None:  # fp16: the scaler checks them
             self._grads = GradCheck(state.model)
-        self._base_lrs = list(state.scheduler.base_lrs)  # the config's LRs: a resume rebuilds the schedule
-        if self.lr_scale != 1.0:  # resumed after a rollback: its lower LR goes on
-            self._apply_lr_scale(state)
+        if self.lr_scale != 1.0:  # resumed after a rollback (a checkpoint whose schedule predates its scales)
+            state.scheduler.scale("divergence", self.lr_scale)
 
     def on_after_backward(self, state):
         if self.check_every > 1 and state.step % self.check_every:
@@ -161,15 +159,10 @@ class DivergenceGuard(Callback):
         self.rollbacks += 1
         self.lr_scale *= self.lr_factor
         state.counters.rollbacks = self.rollbacks
-        self._apply_lr_scale(state)
+        state.scheduler.scale("divergence", self.lr_scale)  # the schedule writes the LR (optim.Schedule)
         state.rewound = True
         log.warning(f"{what}; rolled back to {folder} (step {state.step}) with the LR x{self.lr_scale:g} "
                     f"(rollback {self.rollbacks}/{self.max_rollbacks})")
-
-    def _apply_lr_scale(self, state) -> None:
-        sched = state.scheduler
-        sched.base_lrs = [b * self.lr_scale for b in self._base_lrs]
-        sched.load_state_dict(sched.state_dict())  # re-applies base_lr * f(t) to the optimizer's groups
 
     def on_fit_end(self, state):
         state.counters.skipped_nonfinite_steps = self.skipped

@@ -11,8 +11,9 @@ up to data.batch_size, with the learning-rate rule explicit.
 The batch size is a function of the global step; an epoch is the engine's seeded order cut into
 those sizes, so epoch e's batches depend only on (seed, e, the config) and a resume at a batch
 index replays nothing. The step an epoch starts at is counted from the sizes (integer work). The
-LR of each step is the schedule's value times the scaling factor, set at the step's start, so it
-composes with any schedule; the rule, the sizes and the factors are a log line at the start and
+LR of each step is the schedule's value times the scaling factor, asked of the schedule at the
+step's start (`Schedule.scale`, saved with it), so it composes with any built-in schedule (a user's
+own scheduler, fit(scheduler=...), is refused in one line); the rule, the sizes and the factors are a log line at the start and
 at each change, and go to summary.json `methods.batch_ramp`. Each size change calls `state.flops_changed()`.
 
 Plan with loop.max_steps (it is required): the step count of max_epochs epochs is not the
@@ -74,6 +75,8 @@ class RampSampler:
 
 
 class BatchRamp(Method):
+    needs = ("schedule",)  # the LR is scaled through ecotrain's schedule (a user's own is refused: assemble)
+
     def __init__(self, cfg, run):
         if run.loop.max_steps is None:
             raise ConfigError("methods.batch_ramp: set loop.max_steps (the ramp changes the number of steps an "
@@ -108,12 +111,9 @@ class BatchRamp(Method):
         return [i * self.steps // len(self.sizes) for i in range(len(self.sizes))]
 
     def on_step_start(self, state):
-        if state.step > self.steps:  # the full size: the schedule's own LR from now on
+        if state.step > self.steps:  # the full size (a factor of 1 since step `steps`): the schedule's own LR
             return
-        sched, k = state.scheduler, self.lr_scale(state.step)
-        f = sched.fn(sched.t)
-        for g, base in zip(state.optimizer.param_groups, sched.base_lrs):
-            g["lr"] = base * f * k
+        state.scheduler.scale(self.key, self.lr_scale(state.step))  # the schedule writes it (optim.Schedule)
 
     def on_step_end(self, state):
         if state.step <= self.steps and self.size_at(state.step) != self.size_at(state.step - 1):
