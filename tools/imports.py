@@ -1,8 +1,10 @@
-"""ecotrain's import graph, read from the source (ast), function-level imports included: the floors
-of docs/architecture.md, the arrows that point back down-to-up, the circles, and a few sizes.
+"""ecotrain's import graph, read from the source (ast), function-level imports included: every floor
+of docs/architecture.md, the arrows that point up a floor, the circles, imports of private names
+across modules, and a few sizes.
 
-    python tools/imports.py          prints the figures; exit 1 when a core module imports a wing or
-                                     a circle exists (tests/unit/test_layers.py asserts the same)
+    python tools/imports.py          prints the figures; exit 1 on a circle, a core module importing a
+                                     wing, or a floor arrow or private import not in KNOWN below
+                                     (tests/unit/test_layers.py asserts the same)
 """
 
 from __future__ import annotations
@@ -13,24 +15,68 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 
-# The floors, bottom up (docs/architecture.md). A module belongs to the group of its longest prefix.
-CORE = ("errors", "log", "version", "units", "filelock", "batch", "task", "loop", "state", "objective", "precision",
-        "checkpoint", "data", "metrics", "callbacks", "config", "rundir", "memory.levers", "memory.selective",
-        "memory.offload", "memory.chunked_loss", "memory.optim_offload", "distributed", "optim", "safeload", "tensorfile",
-        "seeding", "device", "models", "threads", "environment", "stallwatch", "preemption", "resume", "stats",
-        "progress_work", "stepplan", "userpath", "jsonfile", "startup")
-WINGS = ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "lrfind", "sweep",
-         "inference", "cli", "export")
+# The floors of docs/architecture.md, bottom up. A module belongs to the floor of its longest prefix
+# (`memory.levers` is core, the rest of `memory` a wing; `cli_fit` a program through `cli`). A module may
+# import its own floor and the floors below it, never one above.
+FLOORS = {
+    0: ("errors", "log", "version", "units", "filelock", "fsnames", "startup"),  # base
+    1: ("batch", "task", "loop", "state", "objective", "precision", "checkpoint", "data", "callbacks", "config",  # core
+        "rundir", "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss",
+        "memory.optim_offload", "safeload", "tensorfile", "distributed", "optim", "seeding", "device", "models",
+        "metrics", "threads", "environment", "stallwatch", "preemption", "resume", "stats", "progress_work",
+        "stepplan", "userpath", "jsonfile", "orphans", "contract"),
+    2: ("methods",),  # the Method protocol's plug-ins
+    3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "sweep", "inference",  # wings
+        "export", "decide"),
+    4: ("entry", "trainer", "assemble", "finish", "wings", "lrfind"),  # assembly: a command's work as a function
+    5: ("cli", "__main__", "memory.worker", "continual.commands", "continual.cli_continual", "green.commands",
+        "green.cli_green", "speech.commands", "speech.cli_speech", "export.cli_export"),  # programs
+}
+NAMES = {0: "base", 1: "core", 2: "methods", 3: "wings", 4: "assembly", 5: "programs"}
+CORE = FLOORS[0] + FLOORS[1]  # the check test_layers.py has always made: the core imports no wing (or above)
+WINGS = FLOORS[3] + FLOORS[4] + FLOORS[5]  # the wings and the floors above them
+
+# Breaches found when the check was written (issue 53), each in a module another change owns: printed
+# and counted, but only a breach not listed here fails. Remove a line when its breach is fixed.
+KNOWN = {
+    # wings that train through the assembly floor (a confirmation group, an update, a feedback round):
+    # to be handed `fit`/`fit_recipe` by their command (as green's confirm is handed the preemption), or
+    # placed on the assembly floor
+    ("ecotrain.continual.lm", "ecotrain.finish"), ("ecotrain.continual.lm", "ecotrain.trainer"),
+    ("ecotrain.continual.update", "ecotrain.finish"), ("ecotrain.continual.update", "ecotrain.trainer"),
+    ("ecotrain.green.confirm", "ecotrain.entry"), ("ecotrain.green.plan", "ecotrain.trainer"),
+    ("ecotrain.green.search", "ecotrain.trainer"), ("ecotrain.speech.feedback", "ecotrain.trainer"),
+    ("ecotrain.speech.rounds", "ecotrain.finish"),
+    # methods reaching the accounting wing: the FLOP counter (torch only) belongs in the core, the
+    # teacher's ledger is to be handed in as load_trained is
+    ("ecotrain.methods.curriculum", "ecotrain.accounting.flops"), ("ecotrain.methods.distill", "ecotrain.accounting"),
+    # private names: each module to make the name public (config.merge_trees, data.builtin.mnist1d exist now)
+    ("ecotrain.continual.lm", "ecotrain.config._merge"), ("ecotrain.continual.update", "ecotrain.config._merge"),
+    ("ecotrain.inference", "ecotrain.config._merge"), ("ecotrain.continual.scenario", "ecotrain.data.builtin._mnist1d"),
+    ("ecotrain.continual.lm", "ecotrain.continual.gate._mean"), ("ecotrain.continual.serve", "ecotrain.inference._write"),
+    ("ecotrain.continual.serve", "ecotrain.inference._writable"), ("ecotrain.green.output", "ecotrain.report.plots._figure"),
+    ("ecotrain.report.memory_page", "ecotrain.report.plots._figure"),
+    ("ecotrain.memory.measure", "ecotrain.memory.estimate._optim_states"),
+    ("ecotrain.memory.worker", "ecotrain.memory.estimate._optim_states"),
+    ("ecotrain.memory.worker", "ecotrain.memory.measure._rss_now"),
+}
 
 
 def _prefix(rel: str, g: str) -> bool:
     return rel == g or rel.startswith(g + ".") or rel.startswith(g + "_")
 
 
+def floor(module: str):
+    """The floor of `module` (its longest prefix in FLOORS); None for the package's own `__init__`."""
+    rel = module.removeprefix("ecotrain.")
+    found = [(len(g), f) for f, gs in FLOORS.items() for g in gs if _prefix(rel, g)]
+    return max(found)[1] if found else None
+
+
 def _in(module: str, group) -> bool:
     """The longest prefix decides: `memory.levers` is core, the rest of `memory` a wing."""
     rel = module.removeprefix("ecotrain.")
-    best = max((g for g in CORE + WINGS if _prefix(rel, g)), key=len, default=None)
+    best = max((g for gs in FLOORS.values() for g in gs if _prefix(rel, g)), key=len, default=None)
     return best is not None and best in group
 
 
@@ -103,21 +149,85 @@ def core_to_wing(edges: dict[str, set]) -> list[tuple[str, str]]:
     return sorted((m, t) for m, ts in edges.items() if _in(m, CORE) for t in ts if _in(t, WINGS))
 
 
+def type_only(src: Path = SRC) -> set[tuple[str, str]]:
+    """(importer, imported) arrows made only under `if TYPE_CHECKING:` (state.py's Methods): names for a
+    type checker, never imported when the program runs."""
+    mods = modules(src)
+    out = set()
+    for name, p in mods.items():
+        tree = ast.parse(p.read_text())
+        guarded = [n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+        inside = {id(x) for g in guarded for x in ast.walk(g)}
+        pkg = name if p.name == "__init__.py" else name.rsplit(".", 1)[0]
+        seen, typed = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.split(".")[:len(pkg.split(".")) - node.level + 1] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                targets = {f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets = {a.name for a in node.names}
+            else:
+                continue
+            (typed if id(node) in inside else seen).update(t for t in targets if t in mods)
+        out |= {(name, t) for t in typed - seen}
+    return out
+
+
+def floor_violations(edges: dict[str, set], typed: set = frozenset()) -> list[tuple[str, str]]:
+    """Every arrow from a module up to a higher floor (core -> wing among them); `typed`: arrows a type
+    checker alone follows (`type_only`), left out."""
+    out = []
+    for m, ts in edges.items():
+        fm = floor(m)
+        out += [(m, t) for t in ts if fm is not None and floor(t) is not None and floor(t) > fm and (m, t) not in typed]
+    return sorted(out)
+
+
+def private_imports(src: Path = SRC) -> list[tuple[str, str]]:
+    """(importer, `module._name`) for each `from ecotrain.module import _name` in another module: a
+    name its module keeps to itself, reached from outside."""
+    mods = modules(src)
+    out = []
+    for name, p in mods.items():
+        pkg = name if p.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod not in mods or mod == name:
+                continue
+            out += [(name, f"{mod}.{a.name}") for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return sorted(out)
+
+
 def main() -> int:
     edges, inner = graph()
-    circ, back = circles(edges), core_to_wing(edges)
+    circ, back, up, private = circles(edges), core_to_wing(edges), floor_violations(edges, type_only()), private_imports()
     sizes = {m: len(p.read_text().splitlines()) for m, p in modules().items()}
     biggest = max(sizes, key=sizes.get)
     own_lazy = sum(len(v) for v in inner.values())
-    print(f"modules {len(edges)}; circles {len(circ)}; core -> wing arrows {len(back)}; "
-          f"function-level imports of ecotrain modules {own_lazy}; largest module {biggest} ({sizes[biggest]} lines)")
+    unplaced = sorted(m for m in edges if floor(m) is None and m != "ecotrain")
+    print(f"modules {len(edges)}; circles {len(circ)}; core -> wing arrows {len(back)}; arrows up a floor {len(up)}; "
+          f"private names imported across modules {len(private)}; function-level imports of ecotrain modules "
+          f"{own_lazy}; largest module {biggest} ({sizes[biggest]} lines)")
     for c in circ:
         print("  circle:", " -> ".join(c))
-    for m, t in back:
-        print(f"  core imports a wing: {m} -> {t}")
-    print(f"RESULT circles={len(circ)} core_to_wing={len(back)} function_level_imports={own_lazy} "
-          f"largest_module_lines={sizes[biggest]}")
-    return 1 if circ or back else 0
+    for m, t in up:
+        print(f"  {NAMES[floor(m)]} imports {NAMES[floor(t)]}: {m} -> {t}{'  (known)' if (m, t) in KNOWN else ''}")
+    for m, t in private:
+        print(f"  private name: {m} imports {t}{'  (known)' if (m, t) in KNOWN else ''}")
+    for m in unplaced:
+        print(f"  no floor: {m} (add it to FLOORS and to docs/architecture.md)")
+    new = [x for x in up + private if x not in KNOWN]
+    print(f"RESULT circles={len(circ)} floor_violations={len(up)} private_imports={len(private)} "
+          f"core_to_wing={len(back)} new_breaches={len(new)} unplaced={len(unplaced)} "
+          f"function_level_imports={own_lazy} largest_module_lines={sizes[biggest]}")
+    return 1 if circ or back or new or unplaced else 0
 
 
 if __name__ == "__main__":

@@ -482,13 +482,16 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return tree
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def merge_trees(base: dict, extra: dict) -> dict:
     """`extra` over `base`, section by section; an empty mapping (`data={}`) empties the section, so it
     takes every default, instead of changing nothing."""
     out = dict(base)
     for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and v and isinstance(out.get(k), dict) else v
+        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and v and isinstance(out.get(k), dict) else v
     return out
+
+
+_merge = merge_trees  # the former private name, still imported by inference and continual (issue 53: switch)
 
 
 def build_config(tree: dict[str, Any], source: str = "config") -> Config:
@@ -529,7 +532,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{p}: a recipe must be a mapping of keys")
         tree.setdefault("name", safe_name(p.stem))
     if overrides:
-        tree = _merge(tree, parse_overrides(overrides))
+        tree = merge_trees(tree, parse_overrides(overrides))
         source += " + overrides"
     return build_config(tree, source)
 

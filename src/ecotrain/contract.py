@@ -4,7 +4,7 @@
 - names: a CSV's feature columns matched to the model's by name, in any order (`match_columns`);
 - width: each sample's shape (`check_shape`; a dynamic dimension takes any size);
 - dtype, finiteness, and labels that match the rows (`samples`: the training loaders' own check,
-  data/builtin.py `_tensors`, so a file `fit` would refuse is refused here too);
+  data/builtin.py `checked_tensors`, so a file `fit` would refuse is refused here too);
 - labels within the model's classes (`check_label_range`), and outputs that are numbers (`check_outputs`).
 
 `read_file` reads an .npz (`x`, optional `y`) or .csv (the target column, when there, is the label)
@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ecotrain.data.builtin import _tensors, csv_numbers, describe, read_csv
+from ecotrain.data.builtin import checked_tensors, csv_numbers, describe, read_csv
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
 
@@ -50,7 +50,7 @@ def samples(x, y, where: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(features float32, labels int64 or None): numbers, one row per sample, finite, as many labels
     as rows, each a class id; the check training data gets (`y` None: a file without labels)."""
     n = len(x) if np.ndim(x) else 0
-    x, labels = _tensors(x, np.zeros(n, dtype=np.int64) if y is None else y, where)
+    x, labels = checked_tensors(x, np.zeros(n, dtype=np.int64) if y is None else y, where)
     return x, None if y is None else labels
 
 

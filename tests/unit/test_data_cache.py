@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ecotrain.data import cache
-from ecotrain.data.builtin import _mnist1d
+from ecotrain.data.builtin import mnist1d as _mnist1d
 
 VERSIONS = {"fake": "1.0"}
 
@@ -192,7 +192,7 @@ def test_mnist1d_bad_kwarg_is_a_data_error():
 
 def test_a_cache_hit_does_not_import_mnist1d(own_cache):
     _mnist1d(mnist_cfg())  # warm (in this process)
-    code = ("import sys; from types import SimpleNamespace as N; from ecotrain.data.builtin import _mnist1d; "
+    code = ("import sys; from types import SimpleNamespace as N; from ecotrain.data.builtin import mnist1d as _mnist1d; "
             "tr, te, k = _mnist1d(N(data=N(num_samples=500, kwargs={}))); "
             "assert 'mnist1d' not in sys.modules, 'imported on a hit'; print(len(tr[0]), len(te[0]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

@@ -83,7 +83,7 @@ def validate_arrays(x, y, where: str, num_classes: int | None = None, labels: bo
     check_labels(y, where, num_classes)
 
 
-def _tensors(x, y, where: str, num_classes=None):
+def checked_tensors(x, y, where: str, num_classes=None):
     x_arr, y_arr = np.asarray(x), np.asarray(y)
     for what, a in (("features", x_arr), ("labels", y_arr)):
         if a.dtype.kind not in "biuf":
@@ -104,7 +104,7 @@ def _tensors(x, y, where: str, num_classes=None):
     return x, y.long()
 
 
-def _mnist1d(cfg: Config):
+def mnist1d(cfg: Config):
     """make_dataset's output, from the dataset cache (data/cache.py) after the first run: `mnist1d`
     (a 2 s import) is imported and the data generated (3 s for 5,000 samples) only on a cache miss."""
     num_samples, kwargs = cfg.data.num_samples, dict(cfg.data.kwargs)
@@ -129,9 +129,12 @@ def _mnist1d(cfg: Config):
 
     versions = {"mnist1d": package_version("mnist1d"), "numpy": np.__version__, "scipy": package_version("scipy")}
     d = load_or_make("mnist1d", versions, {"num_samples": num_samples, "kwargs": kwargs}, make)
-    train = _tensors(d["x"], d["y"], "mnist1d train", 10)
-    test = _tensors(d["x_test"], d["y_test"], "mnist1d test", 10)
+    train = checked_tensors(d["x"], d["y"], "mnist1d train", 10)
+    test = checked_tensors(d["x_test"], d["y_test"], "mnist1d test", 10)
     return train, test, 10
+
+
+_mnist1d = mnist1d  # the former private name, still imported by continual/scenario.py (issue 53: switch)
 
 
 def _digits(cfg: Config):
@@ -144,7 +147,7 @@ def _digits(cfg: Config):
         return {"x": d.data, "y": d.target}
 
     d = load_or_make("digits", {"scikit-learn": package_version("scikit-learn"), "numpy": np.__version__}, {}, make)
-    return _tensors(d["x"] / 16.0, d["y"], "digits", 10), None, 10
+    return checked_tensors(d["x"] / 16.0, d["y"], "digits", 10), None, 10
 
 
 def _npz(cfg: Config):
@@ -175,8 +178,8 @@ def _npz(cfg: Config):
             except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
                 raise DataError(f"{path}: cannot read array '{key}' ({describe(exc)}); the archive is damaged") from None
 
-        train = _tensors(read("x"), read("y"), f"{path} x/y")
-        test = _tensors(read("x_test"), read("y_test"), f"{path} x_test/y_test") if "x_test" in files else None
+        train = checked_tensors(read("x"), read("y"), f"{path} x/y")
+        test = checked_tensors(read("x_test"), read("y_test"), f"{path} x_test/y_test") if "x_test" in files else None
     return train, test, None
 
 
@@ -193,7 +196,7 @@ def _csv(cfg: Config):
     names = csv_features(header, cfg.data.features, cfg.data.target, path)
     feats = csv_numbers(path, header, body, names)
     labels = [r[0] for r in csv_numbers(path, header, body, [cfg.data.target])]
-    return _tensors(feats, labels, str(path)), None, None, {"columns": names}
+    return checked_tensors(feats, labels, str(path)), None, None, {"columns": names}
 
 
 def read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -354,7 +357,7 @@ def _read_item(ds, i: int, where: str):
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-BUILTIN = {"mnist1d": _mnist1d, "digits": _digits, "npz": _npz, "csv": _csv}
+BUILTIN = {"mnist1d": mnist1d, "digits": _digits, "npz": _npz, "csv": _csv}
 
 
 def load_data(cfg: Config) -> DataBundle:
