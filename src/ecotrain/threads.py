@@ -184,6 +184,11 @@ def choose(setting: Union[int, str] = "auto", workers: int = 0, env=None, root=N
 _PRESET: Optional[ThreadChoice] = None
 
 
+def preset() -> Optional[ThreadChoice]:
+    """The choice the CLI preset before torch started (None: a library call, nothing preset)."""
+    return _PRESET
+
+
 def preset_env(choice: ThreadChoice, env=None) -> None:
     """Before torch is imported: OMP_NUM_THREADS and MKL_NUM_THREADS, where the user set neither."""
     global _PRESET

@@ -28,7 +28,7 @@ def wanted(cfg, device) -> Optional[int]:
     """The most threads to probe up to, or None when no probe applies: `threads` set, the user's
     OMP_NUM_THREADS, a library call (no CLI preset), one usable core, a GPU run, torchrun ranks, or
     ECOTRAIN_THREADS_PROBE=0."""
-    preset = threads._PRESET
+    preset = threads.preset()
     if (cfg.threads != "auto" or preset is None or preset.source != "auto" or preset.threads < 2
             or getattr(device, "type", "cpu") != "cpu" or os.environ.get(threads.PROBE_ENV) == "0"
             or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or torch.get_num_threads() != preset.threads):
