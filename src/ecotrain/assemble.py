@@ -43,6 +43,7 @@ from ecotrain.objective import Objective
 from ecotrain.optim import build_optimizer, build_scheduler, refuse_user_scheduler
 from ecotrain.precision import Precision
 from ecotrain.rundir import RunFolder
+from ecotrain.runfiles import MODEL, RunFiles
 from ecotrain.state import TrainState
 from ecotrain.stepplan import StepPlan, step_batch_size
 from ecotrain.task import UserTask, build_task, user_metrics
@@ -142,7 +143,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                                        opts.allow_config_change)
         saved = whole.get("counters", {}).get("micro_batches")  # a count OOM recovery raised (stepplan.py)
         run.metrics_offset = whole["metrics_offset"] if logger else None
-        redone = resume_mod.steps_past(folder.path / "metrics.jsonl", run.metrics_offset, state.step)
+        redone = resume_mod.steps_past(RunFiles(folder.path).metrics, run.metrics_offset, state.step)
         state.counters.resumes += 1
         state.counters.steps_redone += redone
         if redone:
@@ -246,7 +247,7 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
         sharded_init = resume_mod.init_from(net, None, Path(opts.init_from), opts.keep_optimizer)
         if sharded_init is not None and methods.transforms:
             raise ConfigError(f"--init-from {opts.init_from}: a sharded (FSDP) checkpoint cannot be combined with "
-                              "methods that change the model; start from its model.safetensors instead")
+                              f"methods that change the model; start from its {MODEL} instead")
     configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory/levers.py)
     net = methods.transform(net)  # before the optimizer and the wrap; on resumed runs too
     net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
@@ -333,7 +334,7 @@ def make_callbacks(cfg, state, bundle, folder, parts, opts, methods, augment, pr
     cbs: list[Callback] = [guard, BestTracker(es.monitor, es.mode, es.min_delta)]
     if es.enabled:
         cbs.append(EarlyStopping(es.patience))
-    logger = MetricsLogger(folder.path / "metrics.jsonl") if dist.is_main else None  # rank 0 writes files
+    logger = MetricsLogger(RunFiles(folder.path).metrics) if dist.is_main else None  # rank 0 writes files
     if logger:
         cbs.append(logger)
     bar = cfg.logging.progress == "on" or (cfg.logging.progress == "auto" and sys.stderr.isatty())

@@ -17,6 +17,7 @@ from ecotrain.fsnames import shown, tolerant_streams
 from ecotrain.green import commands as green_commands
 from ecotrain.log import setup_cli_logging
 from ecotrain.preemption import Preemption
+from ecotrain.runfiles import TOKENIZER, RunFiles
 from ecotrain.speech import commands as speech_commands
 
 
@@ -132,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--format", choices=["text", "jsonl"], help="a language model's output: text, "
                     "or JSON lines with token counts (default text)")
     pr.add_argument("--tokenizer", metavar="FILE", help="a language model whose run carries no tokenizer: its "
-                    "tokenizer.json")
+                    f"{TOKENIZER}")
     pr.add_argument("--split", choices=["test", "val", "train", "all"], help="default: test, or all when the data "
                     "has no test split")
     for p_ in (ev, pr):
@@ -369,9 +370,9 @@ def _error_log(args, text: str) -> Path | None:
 
                 folder = Path(tempfile.mkdtemp(prefix="ecotrain-error-"))
             folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "error.log", "a", encoding="utf-8", errors="backslashreplace") as f:
+            with open(RunFiles(folder).error_log, "a", encoding="utf-8", errors="backslashreplace") as f:
                 f.write(entry)
-            return folder / "error.log"
+            return RunFiles(folder).error_log
         except Exception:  # noqa: BLE001 - the next place, then none
             continue
     return None
@@ -382,7 +383,7 @@ def _resume_hint(args) -> str:
     stopped by an error or a second Ctrl-C, when its run folder holds a checkpoint; else ''."""
     run = Path(getattr(args, "run_dir", None) or getattr(args, "run", None) or "")
     try:  # the run folder may be the very path that failed (a name too long, a loop of links)
-        if args.command not in TRAINS or str(run) in ("", ".") or not (run / "checkpoints").is_dir():
+        if args.command not in TRAINS or str(run) in ("", ".") or not RunFiles(run).checkpoints.is_dir():
             return ""
         from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli.py must not
 

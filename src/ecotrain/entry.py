@@ -17,6 +17,7 @@ from ecotrain.log import log
 from ecotrain.preemption import Preemption
 from ecotrain.resume import auto
 from ecotrain.rundir import hold
+from ecotrain.runfiles import CONFIG, RunFiles
 from ecotrain.trainer import RunResult, fit
 
 
@@ -38,15 +39,15 @@ def resume_run(run_dir, overrides: Sequence[str] = (), *, quiet: bool = False, a
                preemption: Optional[Preemption] = None) -> int:
     """`ecotrain resume RUN [OVERRIDES]`: from the run's newest valid checkpoint; the exit code."""
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir}: not a run folder (no config.yaml)")
+    if not RunFiles(run_dir).config.is_file():
+        raise ConfigError(f"{run_dir}: not a run folder (no {CONFIG})")
     with hold(run_dir):  # which checkpoint, and the run from it: one command in the folder at a time
         ckpt = latest_valid(run_dir, log.warning)
         if ckpt is None:
             why = "no valid checkpoint (each was skipped above)" if list_checkpoints(run_dir) else "empty or missing"
             raise CheckpointError(f"{run_dir}/checkpoints: {why}, so there is nothing to resume; start the run "
                                   f"again with `ecotrain fit RECIPE --run-dir {run_dir} --overwrite`")
-        cfg = load_config(run_dir / "config.yaml", list(overrides))
+        cfg = load_config(RunFiles(run_dir).config, list(overrides))
         log.info(f"resuming from {ckpt}")
         return report(fit(cfg, run_dir=run_dir, quiet=quiet, resume=ckpt, allow_config_change=allow_config_change,
                           preemption=preemption))
@@ -76,6 +77,6 @@ def report(result: RunResult) -> int:
     if "test_accuracy" in s:
         print(f"test_accuracy: {s['test_accuracy']:.4f}")
     print(f"run folder: {result.run_dir}")
-    if (result.run_dir / "ledger.json").is_file():
+    if RunFiles(result.run_dir).ledger.is_file():
         print(summary_line(read_ledger(result.run_dir, table=True)))
     return code

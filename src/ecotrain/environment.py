@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.runfiles import RunFiles
+
 GIT_TIMEOUT = 2.0  # seconds per git call
 PACKAGES = ("ecotrain", "torch", "numpy", "pydantic", "pyyaml", "safetensors", "xxhash", "rich", "scikit-learn",
             "scipy", "mnist1d", "codecarbon", "matplotlib", "mlflow", "tensorboard")
@@ -55,7 +57,7 @@ def write_environment(run_dir: Path, dataset_hash: Optional[str] = None, threads
     from ecotrain.rundir import write_json
 
     env = capture(dataset_hash, threads=threads)
-    write_json(Path(run_dir) / "environment.json", env)
+    write_json(RunFiles(run_dir).environment, env)
     return env
 
 

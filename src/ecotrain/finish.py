@@ -17,6 +17,7 @@ from ecotrain.loop import evaluate_split
 from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.device import combine_memory, memory_peaks
 from ecotrain.rundir import atomic_write, write_json
+from ecotrain.runfiles import RunFiles
 from ecotrain.tensorfile import tensors_bytes
 from ecotrain.tracking import after_finish
 from ecotrain.version import __version__
@@ -88,16 +89,16 @@ def finish(run: Run) -> dict:
         state.methods.finalize(bare, bundle)  # precise BN, pruning made permanent, ...
     weights = dist.full_state_dict(state.model)  # a collective under FSDP: every rank takes part
     if dist.is_main:
-        save_weights(run.folder.path / "model.safetensors", weights)
+        save_weights(RunFiles(run.folder.path).model, weights)
         exported = state.methods.export(bare) if state.methods else {}
         if exported:
-            save_weights(run.folder.path / "export.safetensors", exported)
+            save_weights(RunFiles(run.folder.path).export, exported)
     dist.barrier()  # the others wait for rank 0's writes here, not in the evaluation's collectives
     metrics = final_metrics(state, bundle)
     memory = combine_memory(dist.gather_objects(memory_peaks(state.device)))  # every rank's peaks
     summary = make_summary(run, metrics, memory).to_json()
     if dist.is_main:
-        write_json(run.folder.path / "summary.json", summary)
+        write_json(RunFiles(run.folder.path).summary, summary)
     run.cbs.on_finished(state, memory)  # the wings' own files (ledger.json): on rank 0 only, they know
     if dist.is_main:
         after_finish(run, summary)  # environment.json, then the trackers' last upload (tracking/)

@@ -17,6 +17,7 @@ from ecotrain.checkpoint.snapshot import environment, load_model_weights, restor
 from ecotrain.config import build_config, diff_configs
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.log import log
+from ecotrain.runfiles import CHECKPOINTS, CONFIG, MODEL, SUMMARY, RunFiles
 
 
 WATCH_ONLY = ("tracking", "logging")  # top-level sections (or their keys) left out of the resume check
@@ -84,7 +85,7 @@ def auto(run_dir, overwrite: bool = False) -> tuple[Path | None, bool]:
         raise ConfigError("--resume auto: needs --run-dir (the folder a restarted job shares with its first try)")
     run_dir = Path(run_dir)
     resume = latest_valid(run_dir, log.warning) if run_dir.is_dir() else None
-    if resume is None and (run_dir / "summary.json").is_file() and not overwrite:
+    if resume is None and RunFiles(run_dir).summary.is_file() and not overwrite:
         raise ConfigError(f"{run_dir}: holds a finished run without a valid checkpoint; nothing to resume. "
                           "Choose a fresh --run-dir, or pass --overwrite to replace it")
     log.info(f"resuming from {resume}" if resume else "no valid checkpoint found: starting fresh")
@@ -98,13 +99,13 @@ def finished(run_dir, checkpoint, config) -> dict | None:
     if checkpoint is None or not run_dir:
         return None
     try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        summary = json.loads(RunFiles(run_dir).summary.read_text())
         meta = json.loads((Path(checkpoint) / "meta.json").read_text())
         same_budget = with_defaults(meta["config"]).get("loop") == config.to_dict()["loop"]
         at = summary["steps"] == meta["position"]["step"] and summary["stopped_because"] != "preempted"
     except (OSError, ValueError, KeyError, TypeError):  # no summary yet, or one that is damaged: not finished
         return None
-    if at and same_budget and (Path(run_dir) / "model.safetensors").is_file():
+    if at and same_budget and RunFiles(run_dir).model.is_file():
         return summary
     return None
 
@@ -113,7 +114,7 @@ def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool 
     """--init-from a run folder: its best weights (model.safetensors), or its newest valid checkpoint
     when it has none, or when the optimizer state is wanted too. `say`: tell the user which."""
     tell = _warn if say else (lambda msg: None)
-    best = path / "model.safetensors"
+    best = RunFiles(path).model
     if best.is_file() and not (keep_optimizer or checkpoint_only):
         tell(f"--init-from {path}: a run folder; starting from its best weights {best}")
         return best
@@ -123,9 +124,9 @@ def _run_folder_weights(path: Path, keep_optimizer: bool, checkpoint_only: bool 
         why = "no valid checkpoint" if ckpts else "no checkpoints/"
         if keep_optimizer and best.is_file():
             raise CheckpointError(f"--init-from {path}: a run folder with {why}, so no optimizer state for "
-                                  "--keep-optimizer; drop it to start from model.safetensors")
+                                  f"--keep-optimizer; drop it to start from {MODEL}")
         raise CheckpointError(f"--init-from {path}: a run folder with {why}"
-                              + ("" if checkpoint_only else " and no model.safetensors") + ": no weights to start from")
+                              + ("" if checkpoint_only else f" and no {MODEL}") + ": no weights to start from")
     tell(f"--init-from {path}: a run folder; starting from its newest valid checkpoint {ckpt}")
     return ckpt
 
@@ -139,9 +140,9 @@ def init_from(model: torch.nn.Module, optimizer, path: Path, keep_optimizer: boo
     if not path.exists():
         raise CheckpointError(f"--init-from {path}: not found")
     if path.is_dir() and not (path / "MANIFEST.json").exists():
-        if any((path / n).exists() for n in ("model.safetensors", "checkpoints", "config.yaml", "summary.json")):
+        if any((path / n).exists() for n in (MODEL, CHECKPOINTS, CONFIG, SUMMARY)):
             path = _run_folder_weights(path, keep_optimizer, say=optimizer is None)  # said once, not per stage
-        elif path.name == "checkpoints" and any(p.name.startswith("step-") for p in path.iterdir()):
+        elif path.name == CHECKPOINTS and any(p.name.startswith("step-") for p in path.iterdir()):
             path = _run_folder_weights(path.parent, keep_optimizer, checkpoint_only=True,  # its newest valid one
                                        say=optimizer is None)
     if path.is_dir():

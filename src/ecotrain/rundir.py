@@ -1,4 +1,4 @@
-"""The run folder: config.yaml, metrics.jsonl, summary.json, model.safetensors (and checkpoints/).
+"""The run folder: what is written into it, and how (its files' names: runfiles.py).
 
 Files that must never be half-written go through `atomic_write`: temp name, fsync, rename.
 `RunFolder` is the rule for a whole folder: a folder holding a run is resumed, or refused, or
@@ -20,14 +20,8 @@ import yaml
 
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.filelock import holder, open_lock, try_lock, unlock
-
-# What a run writes; a folder holding any of them holds a run.
-RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "ledger.json", "model.safetensors", "checkpoints",
-             "report.html", "environment.json", "export.safetensors", "mlflow.json", "tensorboard",
-             "memory_plan.json", "micro_batches.json",  # the last: memory.OOM_HINT
-             "tokenizer.json")  # TOKENIZER
-TOKENIZER = "tokenizer.json"  # the data's tokenizer (data/tokenizer.py), for predict and export
-
+from ecotrain.runfiles import (CHECKPOINTS, CONFIG, LOCK, MARKS, METRICS, OWN, RUN_FILES,  # noqa: F401 (TOKENIZER:
+                               TOKENIZER)  # re-exported for the modules that import it from here)
 
 def default_run_dir(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -75,17 +69,12 @@ def config_yaml(config_dict: dict) -> str:
 
 
 def write_config(run_dir: Path, config_dict: dict) -> None:
-    atomic_write(run_dir / "config.yaml", config_yaml(config_dict).encode())
+    atomic_write(Path(run_dir) / CONFIG, config_yaml(config_dict).encode())
 
 
 def file_in_the_way(path: Path) -> Optional[Path]:
     """The first existing folder of `path`'s parents that is a file: nothing can be made under it."""
     return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
-
-
-# A run's own files: what training writes and later commands read (report.html is `report`'s own output).
-_RUN_OWN = tuple(f for f in RUN_FILES if f != "report.html")
-_RUN_MARKS = ("metrics.jsonl", "summary.json", "model.safetensors", "checkpoints")  # with config.yaml: a run
 
 
 def refuse_overwriting(out, flag: str, reads=()) -> None:
@@ -102,7 +91,7 @@ def refuse_overwriting(out, flag: str, reads=()) -> None:
         if (folder / "MANIFEST.json").is_file():
             raise ConfigError(f"{flag} {out}: is inside the checkpoint {folder}, which a file added or replaced "
                               f"there would damage; choose another {flag}")
-        if first in _RUN_OWN and (folder / "config.yaml").is_file() and any((folder / m).exists() for m in _RUN_MARKS):
+        if first in OWN and (folder / CONFIG).is_file() and any((folder / m).exists() for m in MARKS):
             raise ConfigError(f"{flag} {out}: is {first} of the run in {folder}, which writing there would damage; "
                               f"choose another {flag}")
 
@@ -112,7 +101,7 @@ def holds_run(path: Path) -> list[str]:
     return [n for n in RUN_FILES if (path / n).exists()] if path.is_dir() else []
 
 
-LOCK = ".ecotrain.lock"  # held (flock) by the one process writing the folder; the kernel drops it at exit
+# LOCK (runfiles.py): held (flock) by the one process writing the folder; the kernel drops it at exit
 
 
 @dataclass
@@ -212,7 +201,7 @@ class RunFolder:
         if blocked is not None:
             raise ConfigError(f"--run-dir {path}: {blocked} is a file, so no folder can be made under it; "
                               "choose another path")
-        ckpts = path / "checkpoints"
+        ckpts = path / CHECKPOINTS
         if ckpts.exists() and not ckpts.is_dir():  # found before training, not at the first save
             raise CheckpointError(f"{ckpts}: is a file, so no checkpoint can be saved there; move it away")
         found = holds_run(path)
@@ -234,7 +223,7 @@ class RunFolder:
             unshare_links(self.path)
             write_config(self.path, config_dict)
             if metrics_offset is not None:
-                truncate(self.path / "metrics.jsonl", metrics_offset)
+                truncate(self.path / METRICS, metrics_offset)
         self.accepted = True
 
     def _claim(self) -> None:

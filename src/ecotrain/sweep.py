@@ -16,6 +16,7 @@ from typing import Callable
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.rundir import default_run_dir, file_in_the_way, holds_run, write_json
+from ecotrain.runfiles import CONFIG, RunFiles
 
 GROUP_SCHEMA = 1
 GROUP_SUFFIX = "-group.json"
@@ -91,7 +92,7 @@ def _finished_before(group: Path, runs: list[Path]) -> list[Path]:
         done = set(data.get("finished") or ()) if isinstance(data, dict) else set()
     except (ValueError, OSError):
         return []
-    return [r for r in runs if (r.name in done or str(r.resolve()) in done) and (r / "summary.json").is_file()]
+    return [r for r in runs if (r.name in done or str(r.resolve()) in done) and RunFiles(r).summary.is_file()]
 
 
 def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
@@ -102,10 +103,10 @@ def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
 
     want = load_config(recipe, overrides).to_dict()
     try:
-        have = yaml.safe_load((run_dir / "config.yaml").read_text())
+        have = yaml.safe_load(RunFiles(run_dir).config.read_text())
     except (OSError, yaml.YAMLError):
         have = None
-    changed = diff_configs(have, want) if isinstance(have, dict) else ["config.yaml unreadable"]
+    changed = diff_configs(have, want) if isinstance(have, dict) else [f"{CONFIG} unreadable"]
     if changed:
         raise ConfigError(f"{run_dir}: finished with another config ({'; '.join(changed[:3])}); "
                           "pass --overwrite to retrain the group")

@@ -20,6 +20,7 @@ from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.log import log
 from ecotrain.preemption import Preemption
 from ecotrain.rundir import write_json
+from ecotrain.runfiles import RunFiles
 from ecotrain.config import Config
 from ecotrain.data.tokenizer import save_tokenizer
 from ecotrain.device import resolve_device
@@ -79,7 +80,7 @@ def _finished(run_dir: Path, summary: dict, model: nn.Module) -> RunResult:
     nothing written; the model gets the run's final weights (model.safetensors)."""
     log.info(f"{run_dir}: the run finished at step {summary['steps']} ({summary['stopped_because']}); nothing "
              "to resume, its files are kept as they are")
-    load_model_weights(model, read_tensors(run_dir / "model.safetensors"), run_dir / "model.safetensors")
+    load_model_weights(model, read_tensors(RunFiles(run_dir).model), RunFiles(run_dir).model)
     return RunResult(run_dir, summary, model, None)
 
 

@@ -13,10 +13,11 @@ from ecotrain.checkpoint.format import verify_checkpoint, write_checkpoint
 from ecotrain.checkpoint.sharded import write_sharded, write_sharded_async
 from ecotrain.errors import CheckpointError
 from ecotrain.log import log
+from ecotrain.runfiles import RunFiles
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return RunFiles(run_dir).checkpoints
 
 
 def _step_of(p: Path) -> int:

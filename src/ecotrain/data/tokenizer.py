@@ -16,7 +16,8 @@ from typing import Iterable, Optional
 
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.log import log
-from ecotrain.rundir import TOKENIZER, atomic_write
+from ecotrain.rundir import atomic_write
+from ecotrain.runfiles import TOKENIZER
 
 EOD_TEXT = "<|endoftext|>"  # the end-of-document token, GPT-2's spelling
 TOKENIZER_FILE = TOKENIZER  # in a tokenized folder and in a run folder

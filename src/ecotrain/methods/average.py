@@ -37,6 +37,7 @@ from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.replay import check_pinned, file_digest, run_file
 from ecotrain.tensorfile import cpu_copy
+from ecotrain.runfiles import MODEL
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class Average(Method):
             raise ConfigError("methods.average: not supported with distributed.strategy=fsdp (sharded "
                               "parameters); use ddp or one process")
         self.key, self.cfg = "average", cfg
-        self.path = None if cfg.with_ == "previous" else run_file(cfg.with_, "methods.average.with", "model.safetensors")
+        self.path = None if cfg.with_ == "previous" else run_file(cfg.with_, "methods.average.with", MODEL)
         self.digest = file_digest(self.path) if self.path else None
         self.previous: Optional[dict[str, torch.Tensor]] = (
             load_state_dict_file(self.path) if self.path else None)  # `with: previous`: taken at fit start

@@ -57,6 +57,7 @@ from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.bn_domain import Stats, read_domains_file, read_stats, to_tensors, write_stats
+from ecotrain.runfiles import SUMMARY, RunFiles
 
 DEFAULT_GROUPS = 32
 _BN = nn.modules.batchnorm._BatchNorm
@@ -320,11 +321,11 @@ def _why(gap: float, batch: int) -> str:
 def read_report(run_dir) -> dict:
     """summary.json's `methods.batchnorm` section of a finished run, or one clear ConfigError."""
     run = Path(run_dir)
-    path = run / "summary.json"
+    path = RunFiles(run).summary
     if not run.is_dir():
         raise ConfigError(f"{run}: not a run folder ({'not found' if not run.exists() else 'a file'})")
     if not path.is_file():
-        raise ConfigError(f"{run}: not a finished run folder (no summary.json)")
+        raise ConfigError(f"{run}: not a finished run folder (no {SUMMARY})")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -38,6 +38,7 @@ from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import generator
 from ecotrain.methods.selective import per_sample_loss
 from ecotrain.userpath import user_path
+from ecotrain.runfiles import LEDGER, RunFiles
 
 _SALT = 7
 
@@ -139,7 +140,7 @@ class Curriculum(Method):
             trained = _reference_training_flops(Path(self.cfg.reference))
             self.report["reference_training_flops"] = trained
             if trained is None:
-                log.warning(f"curriculum: no ledger.json for {self.cfg.reference}; its training cost is not counted")
+                log.warning(f"curriculum: no {LEDGER} for {self.cfg.reference}; its training cost is not counted")
             else:
                 state.add_flops(trained, "curriculum_reference_training")
         return torch.cat(out)
@@ -156,7 +157,7 @@ class Curriculum(Method):
 
 def _reference_training_flops(path: Path):
     for folder in (path, path.parent.parent):  # a run folder, or a checkpoint inside one
-        f = folder / "ledger.json"
+        f = RunFiles(folder).ledger
         if f.is_file():
             flops = (json.loads(f.read_text()).get("flops") or {}).get("total")
             return float(flops) if flops is not None else None

@@ -45,6 +45,7 @@ from ecotrain.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
 from ecotrain.models import build_model
+from ecotrain.runfiles import CHECKPOINTS, LEDGER, RunFiles
 
 CACHE_BATCH = 512
 
@@ -74,9 +75,9 @@ def _row_offset(xm: torch.Tensor) -> tuple[int, int]:
 
 def teacher_cost(path: Path) -> dict:
     """The teacher's training cost from its run's ledger.json (a checkpoint's run folder too)."""
-    run = path.parent.parent if path.parent.name == "checkpoints" else path
-    if not (run / "ledger.json").is_file():
-        return {"teacher_cost_note": f"no ledger.json in {run}: the teacher's training cost is unknown"}
+    run = path.parent.parent if path.parent.name == CHECKPOINTS else path
+    if not RunFiles(run).ledger.is_file():
+        return {"teacher_cost_note": f"no {LEDGER} in {run}: the teacher's training cost is unknown"}
     ledger = read_ledger(run)
     flops = (ledger.get("flops") or {}).get("total")
     co2e = (ledger.get("co2e") or {}).get("kg")

@@ -38,10 +38,11 @@ from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
 from ecotrain.methods.replay import IGNORE, Replay, check_pinned, file_digest, run_file
 from ecotrain.task import logits_of
+from ecotrain.runfiles import MODEL
 
 
 def teacher_file(path: str | Path, where: str = "methods.lwf.teacher") -> Path:
-    return run_file(path, where, "model.safetensors")
+    return run_file(path, where, MODEL)
 
 
 def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:

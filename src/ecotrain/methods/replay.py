@@ -61,6 +61,7 @@ from ecotrain.methods.base import Method
 from ecotrain.task import TARGET_KEYS, SequenceTask, logits_of
 from ecotrain.tensorfile import read_tensors
 from ecotrain.userpath import user_path
+from ecotrain.runfiles import EXPORT, RunFiles
 
 IGNORE = SequenceTask.IGNORE  # a target the loss skips
 
@@ -99,7 +100,7 @@ def check_pinned(sd: dict, key: str, digest: Optional[str], where: str, path, wh
         raise CheckpointError(f"{where}: {path} changed since the run started; resume with {what} it started from")
 
 
-def run_file(path: str | Path, where: str, name: str = "export.safetensors") -> Path:
+def run_file(path: str | Path, where: str, name: str = EXPORT) -> Path:
     """A run folder's (or version folder's) file `name`, or the .safetensors file given."""
     p = Path(path)
     if p.is_dir():
@@ -109,9 +110,9 @@ def run_file(path: str | Path, where: str, name: str = "export.safetensors") -> 
 
 def exported_file(path: str | Path, where: str) -> Path:
     p = Path(path)
-    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "export.safetensors").exists():
+    if p.is_dir() and RunFiles(p).config.is_file() and not RunFiles(p).export.exists():
         method = where.split(".")[1] if where.count(".") >= 2 else "this method"
-        raise ConfigError(f"{where}: {p} is a run folder without export.safetensors; was it trained with "
+        raise ConfigError(f"{where}: {p} is a run folder without {EXPORT}; was it trained with "
                           f"methods.{method}? Give a run (or version) that was")
     return run_file(path, where)
 

@@ -31,6 +31,7 @@ from ecotrain.speech.feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay,
                                       label_accounting, make_incoming)
 from ecotrain.speech.transcripts import decode
 from ecotrain.speech.utterance_router import SpeechRouter
+from ecotrain.runfiles import RunFiles
 
 
 def wer(models: dict, default, sources: dict) -> float:
@@ -105,7 +106,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
 
     base_idx = data.select(cohort=s.base_cohort, split="train")
     base_model, base_dir = trainer.fit("base", data.source(base_idx), s.base_steps)
-    base_path = base_dir / "model.safetensors"
+    base_path = RunFiles(base_dir).model
     regs = {k: Registry(out / f"registry-{k}") for k in s.strategies}
     base_wer = {"old": wer({}, base_model, holdout), "new": wer({}, base_model, new_test),
                 "all": wer({}, base_model, report_half)}
@@ -173,7 +174,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
             _commit(regs[name], _weights(m), {"parent": str(parent), "feedback_from": cohort, "labels": labels,
                                               "metrics": {"gate": fig}}, {}, ok, reason)
             if ok:
-                current[name] = Served(m, rd / "model.safetensors" if rd is not None else None)
+                current[name] = Served(m, RunFiles(rd).model if rd is not None else None)
             shown = current[name].model
             caught = labels["wrong_caught"] if ok else labels["wrong"]  # a rejected round deploys none of them
             rec["strategies"][name] = _row(r, name, wer({}, shown, holdout), wer({}, shown, new_test), ok, reason,
@@ -188,7 +189,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
             ok, reason, _ = gate("naive", prev.wer, lambda src: wer({}, m, src))
             _commit(regs["naive"], _weights(m), {"parent": str(prev.path), "feedback_from": cohort}, {}, True,
                     f"deployed without a gate (the gate would say: {reason})")
-            current["naive"] = Served(m, rd / "model.safetensors")
+            current["naive"] = Served(m, RunFiles(rd).model)
             rejections[:] = [f for f in rejections if f["strategy"] != "naive"]  # naive deploys regardless
             rec["strategies"]["naive"] = _row(r, "naive", wer({}, m, holdout), wer({}, m, new_test), ok, reason, 0)
 
@@ -218,7 +219,7 @@ def run(cfg, data: SpeechData, s: FeedbackSettings, out: Path, quiet: bool = Tru
                     break
             rd = out / "runs" / f"average-r{r}-alpha"
             rd.mkdir(parents=True, exist_ok=True)
-            save_weights(rd / "model.safetensors", m)
+            save_weights(RunFiles(rd).model, m)
             single("average", m, rd, prev.path)
             rec["strategies"]["average"]["alpha"] = alpha
 

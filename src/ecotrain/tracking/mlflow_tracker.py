@@ -30,6 +30,7 @@ from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.rundir import write_json
 from ecotrain.tracking.base import Tracker, flatten, numeric
+from ecotrain.runfiles import CHECKPOINTS, MLFLOW, MODEL, RunFiles
 
 BATCH = 1000  # MLflow's log_batch limit (metrics); params and tags: 100
 FLUSH_EVERY = 500  # buffered metric points
@@ -116,7 +117,7 @@ class MlflowTracker(Tracker):
             params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg.to_dict()).items()]
             self._call(lambda: [self.client.log_batch(self.run_id, params=p) for p in _chunks(params, 100)])
 
-        write_json(self.run_dir / "mlflow.json", {"tracking_uri": self.uri, "experiment_id": self.experiment_id,
+        write_json(RunFiles(self.run_dir).mlflow, {"tracking_uri": self.uri, "experiment_id": self.experiment_id,
                                                   "run_id": self.run_id})
 
     def _call(self, fn) -> None:
@@ -168,7 +169,7 @@ class MlflowTracker(Tracker):
         metrics = [Metric(f"final.{k}", v, ms, step) for k, v in numeric(summary).items()]
         tags = {"ecotrain.dataset_hash": summary.get("dataset_hash"), "ecotrain.stopped_because":
                 summary.get("stopped_because")}
-        ledger = _read(run_dir / "ledger.json")
+        ledger = _read(RunFiles(run_dir).ledger)
         if ledger:
             for name, value in (("flops", (ledger.get("flops") or {}).get("total")),
                                 ("wall_seconds", ledger.get("wall_seconds")), ("cpu_seconds", ledger.get("cpu_seconds")),
@@ -177,7 +178,7 @@ class MlflowTracker(Tracker):
                 if isinstance(value, (int, float)):
                     metrics.append(Metric(f"ledger.{name}", float(value), ms, step))
             tags["ecotrain.energy_method"] = ledger["energy"].get("method") or "n/a"
-        env = _read(run_dir / "environment.json") or {}
+        env = _read(RunFiles(run_dir).environment) or {}
         git = env.get("git") or {}
         if git.get("commit"):
             tags["mlflow.source.git.commit"] = git["commit"]
@@ -194,7 +195,7 @@ class MlflowTracker(Tracker):
                 continue
             if p.is_file():
                 self.client.log_artifact(self.run_id, str(p))
-            elif p.is_dir() and (p.name != "checkpoints" or self.cfg.checkpoints):
+            elif p.is_dir() and (p.name != CHECKPOINTS or self.cfg.checkpoints):
                 self.client.log_artifacts(self.run_id, str(p), p.name)
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -213,16 +214,16 @@ def _read(path: Path) -> Optional[dict]:
 
 
 def register_champion(run_dir, name: str, tracking_uri: Optional[str] = None, alias: str = "champion",
-                      artifact: str = "model.safetensors") -> int:
+                      artifact: str = MODEL) -> int:
     """Register a run's model as a new version of `name` in MLflow's model registry and move `alias`
     (MLflow's alias convention: `models:/<name>@champion`) to it. The run folder must have been
     tracked by MLflow (RUN/mlflow.json) with artifacts on. The registry needs a database store
     (sqlite). Called when a registry promotes a version; returns the MLflow version number."""
     from mlflow.tracking import MlflowClient
 
-    info = _read(Path(run_dir) / "mlflow.json")
+    info = _read(RunFiles(run_dir).mlflow)
     if not info or not info.get("run_id"):
-        raise ConfigError(f"{run_dir}: no mlflow.json; the run was not tracked with tracking.mlflow")
+        raise ConfigError(f"{run_dir}: no {MLFLOW}; the run was not tracked with tracking.mlflow")
     uri = tracking_uri or info["tracking_uri"]
     if uri.startswith("file:") or "://" not in uri:
         raise ConfigError(f"register_champion: MLflow's model registry needs a database store, not {uri} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ecotrain.tracking.base import Tracker, numeric
+from ecotrain.runfiles import TENSORBOARD, RunFiles
 
 COST = ("flops", "energy_kwh", "co2e_g")
 
@@ -33,7 +34,7 @@ class TensorboardTracker(Tracker):
 
         self._writer_cls = SummaryWriter
         self.default = cfg.log_dir is None
-        self.log_dir = Path(run_dir) / "tensorboard" if self.default else Path(cfg.log_dir)
+        self.log_dir = RunFiles(run_dir) / TENSORBOARD if self.default else Path(cfg.log_dir)
         self.writer = None
 
     def on_fit_start(self, state):

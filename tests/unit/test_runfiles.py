@@ -1,0 +1,30 @@
+"""The run folder's layout has one owner (runfiles.py): no other module spells a run file's name,
+except the ones listed here, which another change owns (issue 53); the list only shrinks."""
+
+import re
+from pathlib import Path
+
+from ecotrain import runfiles
+from ecotrain.rundir import holds_run
+from ecotrain.runfiles import RunFiles
+
+SRC = Path(runfiles.__file__).parent
+NAMES = [n for n in runfiles.RUN_FILES + (runfiles.ERROR_LOG, runfiles.LOCK) if n != runfiles.TENSORBOARD]  # also a package
+LEFT = {"accounting/compare.py", "accounting/report.py", "continual/lm.py", "continual/update.py", "export/card.py",
+        "export/shipped.py", "green/plan.py", "green/search.py", "inference.py", "memory/levers.py",
+        "memory/planner.py", "report/__init__.py", "report/page.py", "report/rundata.py", "threads.py"}
+
+
+def test_only_runfiles_names_the_run_files_but_the_listed_modules():
+    quoted = re.compile("|".join(f'"{re.escape(n)}"' for n in NAMES))
+    naming = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p.name != "runfiles.py" and quoted.search(p.read_text())}
+    assert naming - LEFT == set(), "name run files through ecotrain.runfiles (RunFiles(run).summary, runfiles.SUMMARY)"
+
+
+def test_the_layout_names_each_file_once_and_finds_a_run(tmp_path):
+    assert len(set(runfiles.RUN_FILES)) == len(runfiles.RUN_FILES)
+    run = RunFiles(tmp_path)
+    assert run.summary == tmp_path / "summary.json" and run / "x" == tmp_path / "x"
+    assert holds_run(tmp_path) == []
+    run.summary.write_text("{}")
+    assert holds_run(tmp_path) == [runfiles.SUMMARY]
