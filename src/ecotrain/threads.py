@@ -324,6 +324,25 @@ def score(p: dict, goal: str) -> float:
     return float(v if v is not None else p["cpu_per_step"])
 
 
+def _finite(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+
+
+def _cached(entry, most: int, goal: str) -> Optional[dict]:
+    """A cached decision read back from threads.json, whole, or None (a file anyone can edit: a damaged
+    entry is probed again and written over, never carried into the run's ledger)."""
+    if not isinstance(entry, dict):
+        return None
+    n, probes, cost = entry.get("threads"), entry.get("probes"), entry.get("probe_cost")
+    if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= most and entry.get("objective") == goal
+            and isinstance(entry.get("line"), str) and isinstance(entry.get("when"), str)
+            and isinstance(probes, list) and isinstance(cost, dict)
+            and all(isinstance(p, dict) and all(_finite(v) for v in p.values()) for p in probes)
+            and all(_finite(v) for v in cost.values())):
+        return None
+    return entry
+
+
 def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
     """The thread count for `goal` by a probe of each candidate (or the cached decision for this
     recipe on this machine: the same seed trains with the same count every time). One line says it."""
@@ -333,11 +352,11 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
 
     key, path = probe_key(cfg, goal, most), cache_file()
     try:
-        cached = json.loads(path.read_text()).get(key)
-    except (OSError, ValueError, AttributeError):
-        cached = None
-    if isinstance(cached, dict) and isinstance(cached.get("threads"), int) and 1 <= cached["threads"] <= most:
-        return {**cached, "cached": True, "line": cached["line"] + f" (decided {cached.get('when', '?')}, {path})"}
+        cached = _cached(json.loads(path.read_text()).get(key), most, goal)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        cached = None  # no cache, or one that is not ours to trust: probe again and write it over
+    if cached is not None:
+        return {**cached, "cached": True, "line": cached["line"] + f" (decided {cached['when']}, {path})"}
     with tempfile.TemporaryDirectory(prefix="ecotrain-threads-") as tmp:
         probes = [probe_once(cfg, n, steps, Path(tmp)) for n in candidates(most)]
     best = min(score(p, goal) for p in probes)
@@ -357,12 +376,19 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
         try:
             table = json.loads(path.read_text())
             table = table if isinstance(table, dict) else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             table = {}
         table[key] = {k: v for k, v in rec.items() if k != "cached"}
+        try:
+            text = json.dumps(table, indent=1, allow_nan=False)
+        except (ValueError, RecursionError):  # other entries not JSON: this decision alone
+            text = json.dumps({key: table[key]}, indent=1)
         tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp_path.write_text(json.dumps(table, indent=1))
-        os.replace(tmp_path, path)
-    except OSError:
+        try:
+            tmp_path.write_text(text)
+            os.replace(tmp_path, path)
+        finally:
+            tmp_path.unlink(missing_ok=True)  # a failed write or replace leaves no half-written file
+    except (OSError, ValueError, RecursionError):
         pass  # unwritable cache: the decision holds for this run, the next one probes again
     return {**rec, "cached": False}

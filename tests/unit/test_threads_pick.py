@@ -44,3 +44,42 @@ def test_a_probe_decides_once_and_the_decision_is_kept(tmp_path, monkeypatch):
     again = threads.pick({**cfg, "seed": 7}, 2, "energy", steps=5)  # another seed: same recipe, same machine
     assert again["cached"] and again["threads"] == first["threads"]
     assert first["key"] in json.loads((tmp_path / "threads.json").read_text())
+
+
+GARBAGE = [  # threads.json is a file anyone can edit: none of these is trusted, none reaches the ledger
+    "not json {", "[1, 2]", "[" * 100000, '{"K": [1]}', '{"K": {"threads": 2}}', '{"K": {"threads": -3, "line": "x"}}',
+    '{"K": {"threads": 1000000, "line": "x"}}', '{"K": {"threads": true, "line": "x"}}',
+    '{"K": {"threads": 1, "line": 5, "when": "w", "objective": "energy", "probes": [], "probe_cost": {}}}',
+    '{"K": {"threads": 1, "line": "x", "when": "w", "objective": "energy", "probes": "zz", "probe_cost": {}}}',
+    '{"K": {"threads": 1, "line": "x", "when": "w", "objective": "energy", "probes": [], "probe_cost": {"kwh": NaN}}}',
+    '{"K": {"threads": 1, "line": "x", "when": "w", "objective": "time", "probes": [], "probe_cost": {}}}',
+]
+
+
+@pytest.mark.parametrize("text", GARBAGE, ids=range(len(GARBAGE)))
+def test_a_damaged_cache_is_probed_again_and_written_over(tmp_path, monkeypatch, text):
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    cfg = {"model": {"name": "x"}}
+    key = threads.probe_key(cfg, "energy", 2)
+    (tmp_path / "threads.json").write_text(text.replace('"K"', json.dumps(key)))
+    probed = []
+
+    def probe(cfg, n, steps, folder):
+        probed.append(n)
+        return {"threads": n, "steps": steps, "wall_per_step": 0.01, "cpu_per_step": 0.01 * n, "kwh_per_step": None}
+
+    monkeypatch.setattr(threads, "probe_once", probe)
+    got = threads.pick(cfg, 2, "energy", steps=3)
+    assert probed == [1, 2] and got["threads"] == 1 and not got["cached"]
+    again = threads.pick(cfg, 2, "energy", steps=3)  # written over: the next run reads it back
+    assert again["cached"] and again["threads"] == 1 and probed == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["threads.json"]
+
+
+def test_an_unwritable_cache_leaves_no_half_written_file(tmp_path, monkeypatch):
+    (tmp_path / "threads.json").mkdir()  # os.replace onto a folder fails after the temporary file is written
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(threads, "probe_once", lambda cfg, n, steps, folder: {
+        "threads": n, "steps": steps, "wall_per_step": 0.01, "cpu_per_step": 0.01, "kwh_per_step": None})
+    assert threads.pick({"model": {}}, 2, "energy", steps=3)["threads"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["threads.json"]
