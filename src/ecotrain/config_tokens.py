@@ -6,7 +6,7 @@ never a pydantic report."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, ValidationError
 
@@ -15,6 +15,7 @@ from ecotrain.config_base import Section
 MAX_VOCAB = 1 << 32  # uint32 ids: nothing larger fits the files
 TOKEN_DTYPES = ("uint16", "uint32")
 SIDECAR = "tokens.json"  # beside the .bin files: what they hold
+MAX_BYTES_PER_TOKEN = 1 << 20  # bits per byte: the most text one token can stand for
 
 
 class TokensOptions(Section):
@@ -32,7 +33,7 @@ class TokensOptions(Section):
     val: Optional[str] = None  # a validation token file (None: tokens.json's, else the stream's tail)
     test: Optional[str] = None  # a test token file (None: tokens.json's, else a slice of the stream)
     # UTF-8 bytes of text per token, for bits per byte (None: tokens.json's bytes over its tokens, else no bpb)
-    bytes_per_token: Optional[float] = Field(None, gt=0, le=1 << 20)
+    bytes_per_token: Optional[float] = Field(None, gt=0, le=MAX_BYTES_PER_TOKEN)
 
 
 class TokensMeta(Section):
@@ -45,8 +46,8 @@ class TokensMeta(Section):
     eod: Optional[int] = Field(None, ge=0)
     tokenizer: Optional[str] = None  # the tokenizer file beside it (tokenizer.json)
     files: dict[Literal["train", "val", "test"], str] = Field(default_factory=dict)
-    tokens: dict[Literal["train", "val", "test"], int] = Field(default_factory=dict)
-    documents: dict[Literal["train", "val", "test"], int] = Field(default_factory=dict)
+    tokens: dict[Literal["train", "val", "test"], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    documents: dict[Literal["train", "val", "test"], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     bytes: Optional[int] = Field(None, ge=0)  # UTF-8 bytes of every document tokenized (all splits): bits per byte
 
 

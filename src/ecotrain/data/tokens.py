@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ecotrain.config_tokens import SIDECAR, TokensMeta, TokensOptions, parse
+from ecotrain.config_tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, TokensOptions, parse
 from ecotrain.data.packing import document_mask, mask_boundaries
 from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle
@@ -243,7 +243,16 @@ def _meta(folder: Path, required: bool) -> Optional[TokensMeta]:
                             "with data.kwargs.dtype and vocab_size, or write the folder with `ecotrain tokenize`")
         return None
     obj = read_json(path, "token files' description", fix=_FIX, error=DataError)
-    return parse(TokensMeta, obj, str(path), DataError)
+    meta = parse(TokensMeta, obj, str(path), DataError)
+    for split, claimed in meta.tokens.items():  # its counts give bits per byte: they must be the files'
+        name = meta.files.get(split)
+        if name is None or not (folder / name).is_file():
+            continue  # a missing file is refused where it is read, in its own words
+        held = TokenFile(_beside(folder, name, f"{split} file"), meta.dtype, where=f"{path} dtype").n
+        if held != claimed:
+            raise DataError(f"{path}: says the {split} file {name} holds {claimed:,} tokens, but it holds {held:,} "
+                            f"{meta.dtype} ids; the description is not of these files: {_FIX}")
+    return meta
 
 
 def _beside(folder: Path, name: str, what: str) -> Path:
@@ -395,7 +404,11 @@ def _bytes_per_token(opts: TokensOptions, meta: Optional[TokensMeta]) -> Optiona
     tokens = sum(meta.tokens.values()) if meta is not None else 0
     if meta is None or not meta.bytes or not tokens:
         return None
-    return meta.bytes / tokens
+    per = meta.bytes / tokens
+    if per > MAX_BYTES_PER_TOKEN:
+        raise DataError(f"{SIDECAR}: bytes {meta.bytes:,} over {tokens:,} tokens is {per:.3g} bytes a token, more "
+                        f"than any tokenizer's {MAX_BYTES_PER_TOKEN:,}; {_FIX} (or set data.kwargs.bytes_per_token)")
+    return per
 
 
 def _bundle(cfg, opts: TokensOptions, train_stream: TokenStream, own: dict[str, TokenStream], vocab: int,
