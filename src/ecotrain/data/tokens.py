@@ -71,6 +71,10 @@ def _header(path: Path, size: int) -> Optional[tuple[str, int, int]]:
     if n <= 0 or size < want:
         raise DataError(f"{path}: its llm.c header promises {n:,} {dtype} ids ({want:,} bytes) but the file holds "
                         f"{size:,} bytes; the file is truncated: download or write it again")
+    if size > want:  # llm.c's own reader refuses it too: ids past the count would be dropped unseen
+        raise DataError(f"{path}: its llm.c header promises {n:,} {dtype} ids ({want:,} bytes) but the file holds "
+                        f"{size:,} bytes, {size - want:,} past them; the header's count is wrong or the file was "
+                        "appended to: write it again with llm.c's data scripts or `ecotrain tokenize`")
     return dtype, n, vocab
 
 
