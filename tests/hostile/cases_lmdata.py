@@ -100,6 +100,14 @@ CASES += [
          ["--vocab-size", "outside 257"], write("c/a.txt", "some text"), absent=("out/tokens.json",)),
     Case("tokenize_shares_leave_nothing", [*TOKENIZE, "--val-share", "0.6", "--test-share", "0.5"], 2,
          ["leave no training text"], write("c/a.txt", "x"), absent=("out",)),
+    # --tokenizer-from takes a saved tokenizer whole: a size or kind asked for beside it is not silently dropped
+    Case("tokenize_tokenizer_from_with_a_vocab_size", [*TOKENIZE[:-2], "--tokenizer-from", "{tmp}/tok.json",
+                                                       "--vocab-size", "500"], 2,
+         ["--vocab-size 500 with --tokenizer-from", "drop one of them"], write("c/a.txt", "some text"), absent=("out",)),
+    Case("tokenize_tokenizer_from_with_bytes", [*TOKENIZE, "--tokenizer-from", "{tmp}/tok.json"], 2,
+         ["--tokenizer bytes with --tokenizer-from"], write("c/a.txt", "some text"), absent=("out",)),
+    Case("tokenize_tokenizer_from_empty", [*TOKENIZE[:-2], "--tokenizer-from", ""], 2,
+         ["--tokenizer-from is empty"], write("c/a.txt", "some text"), absent=("out",)),
 ]
 
 # a recipe Dataset of dicts (data/items.py): its items checked as the Python API takes them

@@ -103,7 +103,10 @@ class _Writer:
         self.f.close()
 
 
-def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe", val_share: float = 0.1,
+DEFAULT_VOCAB = 4096  # ecotrain tokenize --vocab-size's default
+
+
+def tokenize_corpus(corpus, out, vocab_size: int = DEFAULT_VOCAB, tokenizer: str = "bpe", val_share: float = 0.1,
                     test_share: float = 0.0, tokenizer_from=None) -> TokensMeta:
     """Train a tokenizer on `corpus` (or take the one saved at `tokenizer_from`: a tokenizer.json, or a
     run, version or tokenized folder holding one) and write OUT/{train,val,test}.bin, tokenizer.json
@@ -113,6 +116,14 @@ def tokenize_corpus(corpus, out, vocab_size: int = 4096, tokenizer: str = "bpe",
             raise DataError(f"tokenize: {name} {share} must be at least 0 and below 1")
     if val_share + test_share >= 1:
         raise DataError(f"tokenize: --val-share {val_share} and --test-share {test_share} leave no training text")
+    if tokenizer_from is not None:  # the saved tokenizer is taken whole: nothing of it is chosen here
+        if not str(tokenizer_from).strip():
+            raise DataError("tokenize: --tokenizer-from is empty; give a tokenizer.json, or a run, version or "
+                            "tokenized folder holding one")
+        if tokenizer != "bpe" or vocab_size != DEFAULT_VOCAB:
+            given = f"--tokenizer {tokenizer}" if tokenizer != "bpe" else f"--vocab-size {vocab_size}"
+            raise DataError(f"tokenize: {given} with --tokenizer-from {tokenizer_from}: the saved tokenizer decides "
+                            "the ids and the vocabulary; drop one of them")
     files = corpus_files(Path(corpus))
     n_docs = sum(1 for _ in documents(files))  # a first pass: the split needs the count
     if n_docs == 0:
