@@ -39,3 +39,26 @@ def test_public_names_are_still_importable():
         assert "nope" in str(exc)
     else:
         raise AssertionError("ecotrain.nope must raise AttributeError")
+
+
+def test_the_cli_pauses_the_collector_only_for_its_start_up():
+    """cli.main runs its start-up without cyclic GC passes (startup.py) and hands the collector back
+    as it found it: enabled after a command, still disabled when the caller had disabled it."""
+    import gc
+
+    from ecotrain import cli, startup
+
+    seen = []
+    startup.pause()
+    seen.append(gc.isenabled())
+    startup.resume()
+    assert seen == [False] and gc.isenabled()
+    assert cli.main(["compare"]) != 0 and gc.isenabled()  # a usage error: the collector is back
+    gc.disable()
+    try:
+        startup.pause()
+        startup.resume()  # the caller's choice is not ours to undo
+        cli.main(["compare"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
