@@ -97,6 +97,10 @@ CASES = [
          write("g/study.db", RANDOM_BYTES), absent=("g/baseline",)),
     Case("green_tolerance_nan", [*GREEN, "--tolerance", "nan"], 2, ["--tolerance nan", "finite"], absent=("g",)),
     Case("green_budget_nan", [*GREEN, "--budget-runs", "nan"], 2, ["--budget-runs nan", "finite"], absent=("g",)),
+    # the plan's region is read before the search trains, not after it (the whole search spent first)
+    Case("green_plan_region_unknown", [*GREEN, "--plan-region", "ZZ"], 2,
+         ["--plan-region ZZ", "not in CodeCarbon's grid data"], absent=("g",)),
+    Case("green_plan_region_empty", [*GREEN, "--plan-region", ""], 2, ["--plan-region is empty"], absent=("g",)),
 ]
 
 

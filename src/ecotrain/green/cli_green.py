@@ -35,6 +35,7 @@ def cmd_green(args, ctx) -> int:
     if args.min_cost_cut > 1:  # compare would refuse it too, but only after the whole search
         raise ConfigError(f"--min-cost-cut {args.min_cost_cut:g}: a fraction of the baseline's cost, at most 1 "
                           "(e.g. 0.5)")
+    plan_mod.check_region(args.plan_region)
     overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
     if any(o.split("=", 1)[0].strip() == "seed" for o in overrides):
         raise ConfigError("ecotrain green: --seed sets the design seed and --seeds-confirm the fresh ones; "

@@ -34,6 +34,7 @@ from ecotrain.accounting.compare import cut_interval
 from ecotrain.accounting.energy import co2e_intensity
 from ecotrain.accounting.forecast import chosen_slots, intensity_at, parse_deadline, read_forecast
 from ecotrain.accounting.report import figure, read_ledger, read_summary
+from ecotrain.errors import ConfigError
 from ecotrain.rundir import atomic_write, write_json
 
 SPOT_PRICE_RATIO = 0.35  # spot / on-demand: the big clouds' spot discounts are ~60-90%; a round, modest one
@@ -64,6 +65,19 @@ def model_family(search, confirmation) -> dict:
     return {"family": "model and data", "kind": "measured", "how": how,
             "co2e": _ratio(base, green, "co2e"), "money": _ratio(base, green, "cost"),
             "energy": _ratio(base, green, "energy")}
+
+
+def check_region(region: Optional[str]) -> None:
+    """--plan-region read before the search trains (the plan is written after it: a region CodeCarbon
+    does not know must not cost the whole search first)."""
+    if region is None:
+        return
+    if not region.strip():
+        raise ConfigError("--plan-region is empty; give a country code, e.g. SE, or leave the flag out")
+    try:
+        co2e_intensity(region, None)
+    except ConfigError as exc:
+        raise ConfigError(f"--plan-region {region}: {exc}") from None
 
 
 def region_factor(ledger: dict, region: Optional[str]) -> dict:
