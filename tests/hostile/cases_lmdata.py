@@ -244,6 +244,10 @@ CASES += [
     Case("update_lm_corpus_of_another_vocabulary", ["update", "current", "{tmp}/D", *LM_REG], 2,
          ["vocabulary of 257", "v0001's model reads 300", "another tokenizer's ids"], lm_registry("D"),
          absent=("reg/versions/v0002", "reg/work")),
+    # replay's size is read from the checked config (int() of the raw override crashed on NaN)
+    Case("update_lm_replay_size_nan", ["update", "current", "tokens:{tmp}/A", *LM_REG, "--slice", "again",
+                                       "methods=[{name: replay, size: .nan}]", "loop.max_steps=1"], 2,
+         ["methods.0.replay.size", "finite number"], lm_registry("A"), absent=("reg/versions/v0002",)),
     Case("update_lm_npz_is_not_token_data", ["update", "current", "{tmp}/new.npz", *LM_REG], 2,
          ["NEW_DATA", "a language model's new data is token data"],
          both(lm_registry(), write("new.npz", b"PK\x05\x06" + b"\0" * 18)), absent=("reg/versions/v0002",)),

@@ -267,3 +267,15 @@ def test_replay_logits_are_computed_once_per_micro_batch(tiny_cfg):
     first = m.replay_logits(state, out)
     assert m.replay_logits(state, out) is first and len(calls) == 1  # LwF reuses them: no second forward
     assert m.replay_logits(state, torch.zeros(1)) is not first and len(calls) == 2
+
+
+@pytest.mark.parametrize("old_n,seen,new_n", [(0, 0, 50), (7, 7, 30), (20, 90, 40)])
+def test_reservoir_vectorised_allocates_what_the_stream_holds_not_the_size(old_n, seen, new_n):
+    """A size far above the stream (an update's replay size of 1e11) gives what a size just large
+    enough gives, without allocating `size` slots; a size below it is untouched."""
+    from ecotrain.methods.replay import reservoir_vectorised
+
+    for size in (max(old_n, 1) + 5, 10 ** 11):
+        a = reservoir_vectorised(old_n, seen, new_n, size, torch.Generator().manual_seed(3))
+        b = reservoir_vectorised(old_n, seen, new_n, min(size, seen + new_n), torch.Generator().manual_seed(3))
+        assert all(torch.equal(u, v) for u, v in zip(a, b))

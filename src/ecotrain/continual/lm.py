@@ -236,7 +236,7 @@ def lm_training_config(base_meta: dict, base_dir: Path, init_file: Path, buffer_
             if export.is_file() and _has(export, "replay"):
                 m["from"] = str(export)
             else:  # a plain base: its own corpus sampled into a buffer before training
-                m["from"], sample = str(buffer_file), int(m.get("size", 500))
+                m["from"], sample = str(buffer_file), True  # its size: the validated config's, below
         elif m.get("name") == "ewc" and not m.get("from"):
             if not (export.is_file() and _has(export, "ewc")):
                 raise ConfigError(f"methods.ewc: the base version {base_dir.name} has no Fisher information (its run "
@@ -246,7 +246,10 @@ def lm_training_config(base_meta: dict, base_dir: Path, init_file: Path, buffer_
             m["teacher"] = str(init_file)
         methods.append(m)
     tree["methods"] = methods
-    return build_config(tree, "update config" + (" + overrides" if overrides else "")), sample
+    cfg = build_config(tree, "update config" + (" + overrides" if overrides else ""))
+    if sample:  # read from the checked config: a size that is not a positive integer was refused there
+        sample = next(m.size for m in cfg.methods if m.name == "replay")
+    return cfg, sample
 
 
 def _has(path: Path, key: str) -> bool:

@@ -175,7 +175,8 @@ def reservoir_vectorised(old_n: int, seen: int, new_n: int, size: int, g: torch.
     the first arrivals fill the free slots, each later one i draws j uniform in [0, seen + i] and
     takes slot j when j < size, a later arrival replacing an earlier (the largest index wins)."""
     fill = max(0, min(size - old_n, new_n))
-    best = torch.full((size,), -1, dtype=torch.long)
+    # no slot past seen + new_n can be drawn: a `size` far above the stream allocates only what it holds
+    best = torch.full((min(size, max(seen, old_n) + new_n),), -1, dtype=torch.long)
     best[old_n:old_n + fill] = torch.arange(fill)
     rest = torch.arange(fill, new_n)
     if len(rest):
