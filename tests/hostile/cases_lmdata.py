@@ -86,6 +86,21 @@ CASES += [
             "data.name=tokens:{tmp}/f.bin", "data.kwargs.dtype=uint16", "data.kwargs.vocab_size=50"),
 ]
 
+
+
+def _stdlib_bytes() -> int:
+    from ecotrain.data.text import stdlib_files
+
+    return sum(f.stat().st_size for f in stdlib_files())
+
+
+# `text` shifted past most of the stdlib: the advice is the offset, not max_bytes (there are no more bytes)
+CASES += [
+    Case("text_offset_leaves_too_little", [*FIT, "data.name=text", "data.kwargs.seq_len=16",
+                                           f"data.kwargs.offset={_stdlib_bytes() - 30}", *RUN], 2,
+         ["too few for the splits", "lower the offset"], absent=NO_RUN),
+]
+
 # ecotrain tokenize: nothing is written into --out but what it already held
 TOKENIZE = ["tokenize", "{tmp}/c", "--out", "{tmp}/out", "--tokenizer", "bytes"]
 CASES += [

@@ -138,7 +138,10 @@ def load_text(cfg) -> DataBundle:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed))
     n_test, n_val = round(n * cfg.data.test_split), round(n * cfg.data.val_split)
     if n - n_test - n_val < 1 or (cfg.data.val_split > 0 and n_val == 0):
-        raise DataError(f"data: {n} text sequences are too few for the splits; raise data.kwargs.max_bytes")
+        got = sum(map(len, texts))
+        fix = ("raise data.kwargs.max_bytes" if got >= max_bytes else  # the stdlib ran out first: more bytes are not there
+               f"the source ends {got:,} bytes after data.kwargs.offset {offset:,}: lower the offset or data.kwargs.seq_len")
+        raise DataError(f"data: {n} text sequences are too few for the splits; {fix}")
     test = base.subset(perm[:n_test].sort().values) if n_test else None
     val = base.subset(perm[n_test : n_test + n_val].sort().values) if n_val else None
     train = base.subset(perm[n_test + n_val :].sort().values)
