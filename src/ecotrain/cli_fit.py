@@ -28,6 +28,10 @@ def cmd_fit(args, ctx) -> int:
     if args.print_config:
         print(config_yaml(cfg.to_dict()), end="")
         return 0
+    if cfg.ledger.enabled and cfg.ledger.energy == "codecarbon":
+        from ecotrain.accounting.energy import warm_up  # light: no torch; the probe overlaps torch's import
+
+        warm_up()
     # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
     threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
     from ecotrain.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)

@@ -38,6 +38,29 @@ from typing import Optional
 
 from ecotrain.errors import ConfigError
 
+_WARM: Optional[threading.Thread] = None  # warm_up()'s thread
+
+
+def warm_up() -> None:
+    """Start CodeCarbon's slowest probe now, in the background: `detect_cpu_model()` runs py-cpuinfo in
+    a subprocess (~1.3 s of wall, little CPU here) and CodeCarbon caches its answer. `ecotrain fit`
+    calls this as soon as its config says energy is measured, before torch is imported, so the probe
+    overlaps that import instead of delaying the first step (`start()` waits for what is left)."""
+    global _WARM
+    if _WARM is None and importlib.util.find_spec("codecarbon") is not None:
+        _WARM = threading.Thread(target=_warm, name="ecotrain-codecarbon-warm", daemon=True)
+        _WARM.start()
+
+
+def _warm() -> None:
+    try:
+        from codecarbon.core.util import detect_cpu_model  # cached by CodeCarbon (functools.lru_cache)
+
+        detect_cpu_model()
+    except Exception:  # noqa: BLE001 - a warm-up only: the meter's own start says what went wrong
+        pass
+
+
 _NOISE = ("Multiple instances of codecarbon are allowed",)  # v3's default; not news to a user
 
 
@@ -164,6 +187,8 @@ class EnergyMeter:
             self.startup_cpu = time.thread_time() - cpu0
 
     def _prepare(self) -> None:
+        if _WARM is not None:  # the CPU model probe warm_up() began: its answer, not a second subprocess
+            _WARM.join()
         try:
             import codecarbon
             from codecarbon import OfflineEmissionsTracker
