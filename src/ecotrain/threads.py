@@ -259,7 +259,7 @@ def objective(env=None) -> str:
     if got not in OBJECTIVES:
         from ecotrain.errors import ConfigError
 
-        raise ConfigError(f"{OBJECTIVE_ENV}={got}: one of {', '.join(OBJECTIVES)}")
+        raise ConfigError(f"{OBJECTIVE_ENV}={got}: one of {', '.join(OBJECTIVES)}; set one, or unset it (energy)")
     return got
 
 

@@ -100,6 +100,8 @@ CASES = [
     # the plan's region is read before the search trains, not after it (the whole search spent first)
     Case("green_plan_region_unknown", [*GREEN, "--plan-region", "ZZ"], 2,
          ["--plan-region ZZ", "not in CodeCarbon's grid data"], absent=("g",)),
+    Case("threads_objective_misspelt", [*FIT, *RUN], 2, ["ECOTRAIN_THREADS_FOR=enrgy", "one of energy, time, money"],
+         env={"ECOTRAIN_THREADS_FOR": "enrgy"}, absent=NO_RUN),
     Case("green_plan_region_empty", [*GREEN, "--plan-region", ""], 2, ["--plan-region is empty"], absent=("g",)),
 ]
 

@@ -83,3 +83,14 @@ def test_an_unwritable_cache_leaves_no_half_written_file(tmp_path, monkeypatch):
         "threads": n, "steps": steps, "wall_per_step": 0.01, "cpu_per_step": 0.01, "kwh_per_step": None})
     assert threads.pick({"model": {}}, 2, "energy", steps=3)["threads"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["threads.json"]
+
+
+def test_a_misspelt_objective_is_refused_before_the_run(monkeypatch):
+    from ecotrain.errors import ConfigError
+
+    cfg = load_config("recipes/mnist1d_cnn.yaml", [])
+    monkeypatch.setenv(threads.OBJECTIVE_ENV, "enrgy")
+    with pytest.raises(ConfigError, match="ECOTRAIN_THREADS_FOR=enrgy: one of energy, time, money"):
+        threadpick.wanted(cfg, torch.device("cpu"))
+    monkeypatch.setenv(threads.PROBE_ENV, "0")  # no probe: the objective is not read
+    assert threadpick.wanted(cfg, torch.device("cpu")) is None

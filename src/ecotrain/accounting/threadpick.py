@@ -28,6 +28,8 @@ def wanted(cfg, device) -> Optional[int]:
     """The most threads to probe up to, or None when no probe applies: `threads` set, the user's
     OMP_NUM_THREADS, a library call (no CLI preset), one usable core, a GPU run, torchrun ranks, or
     ECOTRAIN_THREADS_PROBE=0."""
+    if cfg.threads == "auto" and os.environ.get(threads.PROBE_ENV) != "0":
+        threads.objective()  # a misspelt ECOTRAIN_THREADS_FOR is one line before the run, not a warning in it
     preset = threads.preset()
     if (cfg.threads != "auto" or preset is None or preset.source != "auto" or preset.threads < 2
             or getattr(device, "type", "cpu") != "cpu" or os.environ.get(threads.PROBE_ENV) == "0"
