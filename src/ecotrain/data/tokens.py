@@ -357,6 +357,9 @@ def load_tokens(cfg) -> DataBundle:
     p = user_path(path, "data.name", "give a .bin token file, or a folder holding tokens.json", folder=True,
                   error=DataError)
     folder = p if p.is_dir() else p.parent
+    if p.name == SIDECAR:  # its bytes would be read as ids (a vocabulary of 50,257 takes most pairs of ASCII)
+        raise DataError(f"data.name: {p} is the description of the token files beside it, not one; give the folder: "
+                        f"tokens:{folder}")
     meta = _meta(folder, required=p.is_dir())
     if p.is_dir():
         if "train" not in meta.files:
