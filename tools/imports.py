@@ -50,15 +50,6 @@ KNOWN = {
     # methods reaching the accounting wing: the FLOP counter (torch only) belongs in the core, the
     # teacher's ledger is to be handed in as load_trained is
     ("ecotrain.methods.curriculum", "ecotrain.accounting.flops"), ("ecotrain.methods.distill", "ecotrain.accounting"),
-    # private names: each module to make the name public (config.merge_trees, data.builtin.mnist1d exist now)
-    ("ecotrain.continual.lm", "ecotrain.config._merge"), ("ecotrain.continual.update", "ecotrain.config._merge"),
-    ("ecotrain.inference", "ecotrain.config._merge"), ("ecotrain.continual.scenario", "ecotrain.data.builtin._mnist1d"),
-    ("ecotrain.continual.lm", "ecotrain.continual.gate._mean"), ("ecotrain.continual.serve", "ecotrain.inference._write"),
-    ("ecotrain.continual.serve", "ecotrain.inference._writable"), ("ecotrain.green.output", "ecotrain.report.plots._figure"),
-    ("ecotrain.report.memory_page", "ecotrain.report.plots._figure"),
-    ("ecotrain.memory.measure", "ecotrain.memory.estimate._optim_states"),
-    ("ecotrain.memory.worker", "ecotrain.memory.estimate._optim_states"),
-    ("ecotrain.memory.worker", "ecotrain.memory.measure._rss_now"),
 }
 
 

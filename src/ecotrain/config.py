@@ -491,7 +491,6 @@ def merge_trees(base: dict, extra: dict) -> dict:
     return out
 
 
-_merge = merge_trees  # the former private name, still imported by inference and continual (issue 53: switch)
 
 
 def build_config(tree: dict[str, Any], source: str = "config") -> Config:

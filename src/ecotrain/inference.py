@@ -37,7 +37,7 @@ from ecotrain.accounting.report import read_summary
 from ecotrain.checkpoint import list_checkpoints, read_checkpoint
 from ecotrain.checkpoint.format import load_state_dict_file, unflatten
 from ecotrain.checkpoint.snapshot import load_model_weights
-from ecotrain.config import Config, _merge, build_config, load_config, parse_overrides
+from ecotrain.config import Config, build_config, load_config, merge_trees, parse_overrides
 from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
@@ -163,7 +163,7 @@ def data_config(cfg: Config, items: Sequence[str]) -> tuple[Config, str]:
         label = f.stem
     if overrides:
         dotted = [o if o.startswith("data.") else f"data.{o}" for o in overrides]
-        tree = _merge(tree, parse_overrides(dotted))
+        tree = merge_trees(tree, parse_overrides(dotted))
     return build_config(tree, "--data"), label
 
 
@@ -271,7 +271,7 @@ def by_name(dcfg: Config, trained: Trained, what: str) -> Config:
 
 
 # -- eval and predict ---------------------------------------------------------------------------
-def _writable(path: Path, flag: str, reads=()) -> Path:
+def writable(path: Path, flag: str, reads=()) -> Path:
     """`reads`: the files the command reads (its --data), which the output must not replace."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path}: is a folder; give a file path")
@@ -281,7 +281,7 @@ def _writable(path: Path, flag: str, reads=()) -> Path:
     return path
 
 
-def _write(path: Path, data: bytes, flag: str) -> None:
+def write_out(path: Path, data: bytes, flag: str) -> None:
     try:
         atomic_write(path, data)
     except OSError as exc:
@@ -297,7 +297,7 @@ def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out:
     src, split, label, _ = eval_data(trained, list(data), split)
     stats, column = serving(trained, domain, list(data), split, len(src))
     path = Path(out) if out else trained.out_dir / f"eval-{trained.prefix}{label}.json"
-    _writable(path, "--out", data)
+    writable(path, "--out", data)
     cfg = trained.config
     task = build_task(cfg, lm=trained.is_lm)
     extra: dict = {}
@@ -320,7 +320,7 @@ def evaluate(target, data: Sequence[str] = (), split: Optional[str] = None, out:
     record = {"model": str(trained.source), "weights": trained.weights,
               "data": " ".join(data) if data else f"the run's own data ({cfg.data.name})", "split": split,
               "samples": len(src), "mode": "eval", **metrics, **extra}
-    _write(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
+    write_out(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
     return record, path
 
 
@@ -329,7 +329,7 @@ def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] =
             device: str = "auto", domain: Optional[str] = None) -> tuple[int, Path]:
     """Class predictions and probabilities of every sample as CSV: index, prediction, label (when the
     data has labels), prob_0 ... prob_{K-1}. Returns (rows, path). `domain`: as `evaluate`'s."""
-    path = _writable(Path(out), "--out", data)
+    path = writable(Path(out), "--out", data)
     trained = load_trained(target, device)
     if trained.is_lm:
         raise ConfigError(f"predict: {target} is a language model; give --prompt TEXT or --prompts FILE (one prompt "
@@ -366,5 +366,5 @@ def predict(target, data: Sequence[str], out: str | Path, split: Optional[str] =
         for i in range(len(probs)):
             w.writerow([start + i, int(pred[i]), *([int(y[i])] if labelled else []),
                         *(f"{float(p):.6g}" for p in probs[i])])
-    _write(path, buf.getvalue().encode(), "--out")
+    write_out(path, buf.getvalue().encode(), "--out")
     return len(src), path

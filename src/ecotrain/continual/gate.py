@@ -54,7 +54,7 @@ def slice_metrics(model: nn.Module, slices: list) -> dict:
         if s.cohort is not None:
             hits.append((p.argmax(-1) == s.y).float())
             cohorts.append(s.cohort)
-    out = {"tasks": tasks, "average_accuracy": _mean(tasks.values())}
+    out = {"tasks": tasks, "average_accuracy": mean_or_none(tasks.values())}
     if cohorts:
         hit, coh = torch.cat(hits), torch.cat(cohorts)
         out["cohorts"] = {str(int(c)): round(float(hit[coh == c].mean()), 6) for c in torch.unique(coh)}
@@ -70,8 +70,8 @@ def lineage_metrics(now: dict, history: list[dict], learnt_at: dict) -> dict:
         if earlier:
             forgetting[task] = round(max(earlier) - acc, 6)
     old = [t for t in now if t in learnt_at]
-    bwt = _mean(now[t] - learnt_at[t] for t in old) if old else None
-    return {"forgetting": forgetting, "average_forgetting": _mean(forgetting.values()) if forgetting else None,
+    bwt = mean_or_none(now[t] - learnt_at[t] for t in old) if old else None
+    return {"forgetting": forgetting, "average_forgetting": mean_or_none(forgetting.values()) if forgetting else None,
             "backward_transfer": bwt}
 
 
@@ -79,7 +79,7 @@ def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: Gate
     """(promote?, reason) from the two models' per-task accuracies."""
     gain = cand[recent] - base[recent]
     if holdout:
-        b_old, c_old = _mean(base[t] for t in holdout), _mean(cand[t] for t in holdout)
+        b_old, c_old = mean_or_none(base[t] for t in holdout), mean_or_none(cand[t] for t in holdout)
         drop = b_old - c_old
         old_txt = f"holdout {b_old:.4f} -> {c_old:.4f} (drop {drop:+.4f}, tolerance {policy.tolerance})"
     else:
@@ -100,7 +100,7 @@ def decide(base: dict, cand: dict, holdout: list[str], recent: str, policy: Gate
     return True, f"promoted: {new_txt}; {old_txt}"
 
 
-def _mean(values) -> Optional[float]:
+def mean_or_none(values) -> Optional[float]:
     vals = list(values)
     return round(sum(vals) / len(vals), 6) if vals else None
 
@@ -115,7 +115,7 @@ def decide_perplexity(base: dict, cand: dict, holdout: list[str], recent: str, p
     new_txt = (f"recent '{recent}' perplexity {base[recent]:.4g} -> {cand[recent]:.4g} (fall {fall:+.2%}, min "
                f"{policy.min_gain:.2%})")
     if holdout:
-        b_old, c_old = _mean(base[t] for t in holdout), _mean(cand[t] for t in holdout)
+        b_old, c_old = mean_or_none(base[t] for t in holdout), mean_or_none(cand[t] for t in holdout)
         rise = c_old / b_old - 1
         old_txt = (f"holdout perplexity {b_old:.4g} -> {c_old:.4g} (rise {rise:+.2%}, tolerance "
                    f"{policy.tolerance:.2%})")

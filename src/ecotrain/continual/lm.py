@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from ecotrain.checkpoint.format import load_state_dict_file
-from ecotrain.config import _merge, build_config, load_config, parse_overrides
+from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
 from ecotrain.config_tokens import SIDECAR
-from ecotrain.continual.gate import _mean, decide_perplexity
+from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, lineage, load_version_model
 from ecotrain.data import load_data
@@ -96,7 +96,7 @@ def perplexity(model, s: Slice, batch: int = 32) -> float:
 def lm_metrics(model, slices: list[Slice]) -> dict:
     """{"tasks": {slice: perplexity}, "average_perplexity"}."""
     tasks = {s.name: round(perplexity(model, s), 6) for s in slices}
-    return {"tasks": tasks, "average_perplexity": _mean(tasks.values())}
+    return {"tasks": tasks, "average_perplexity": mean_or_none(tasks.values())}
 
 
 # -- tokenizers ------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def lm_training_config(base_meta: dict, base_dir: Path, init_file: Path, buffer_
                            for m in tree.get("methods", [])]
     tree["data"] = new_data_section(dict(tree.get("data") or {}), name, base_meta["num_classes"],
                                     base_meta["input_shape"][0])
-    tree = _merge(tree, parse_overrides(overrides)) if overrides else tree
+    tree = merge_trees(tree, parse_overrides(overrides)) if overrides else tree
     methods, sample = [], None
     export = base_dir / "export.safetensors"
     for m in tree.get("methods") or []:
@@ -346,7 +346,7 @@ def forgetting_figures(base_m: dict, cand_m: dict, holdout: list[str], recent: s
     """forgetting_ppl_ratio (the holdout's average perplexity after / before), new_ppl_ratio (the new
     corpus's), and per old slice its perplexity over the lowest any version of the lineage had."""
     b, c = base_m["tasks"], cand_m["tasks"]
-    ratio = round(_mean(c[t] for t in holdout) / _mean(b[t] for t in holdout), 6) if holdout else None
+    ratio = round(mean_or_none(c[t] for t in holdout) / mean_or_none(b[t] for t in holdout), 6) if holdout else None
     per = {}
     for t in holdout:
         earlier = [h[t] for h in history if t in h]
@@ -378,7 +378,7 @@ def _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, 
     weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
     if averaged is not None:
         weights = cpu_copy(cand.state_dict())
-    b_old = _mean(base_m["tasks"][t] for t in names) if names else None
+    b_old = mean_or_none(base_m["tasks"][t] for t in names) if names else None
     drift = {"alerts": [], "base_perplexity": {"holdout": b_old, "new": base_m["tasks"][recent.name]}}
     meta = {"format": "ecotrain-version/1", "parent": base, "created": _now(), "config": cfg.to_dict(), "task": LM_TASK,
             "input_shape": base_meta["input_shape"], "num_classes": base_meta["num_classes"], "classes_seen": [],

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ecotrain.config import Config, DataConfig
-from ecotrain.data.builtin import _mnist1d
+from ecotrain.data.builtin import mnist1d
 from ecotrain.errors import ConfigError
 from ecotrain.rundir import atomic_write
 
@@ -39,7 +39,7 @@ def split_mnist1d(num_samples: int = 6250, tasks: int = 5, seed: int = 0) -> lis
     80% of `num_samples` for training (6250: 5,000 training and 1,250 test examples)."""
     if tasks < 1 or NUM_CLASSES % tasks:
         raise ConfigError(f"split_mnist1d: tasks={tasks} must divide the {NUM_CLASSES} classes (1, 2, 5 or 10)")
-    (x, y), (x_test, y_test), _ = _mnist1d(Config(data=DataConfig(num_samples=num_samples)))
+    (x, y), (x_test, y_test), _ = mnist1d(Config(data=DataConfig(num_samples=num_samples)))
     x, y, x_test, y_test = x.numpy(), y.numpy(), x_test.numpy(), y_test.numpy()
     out = []
     for classes in class_order(tasks, seed):

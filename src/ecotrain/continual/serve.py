@@ -33,7 +33,7 @@ from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
 from ecotrain.continual.versions import load_version_model
 from ecotrain.errors import ConfigError, DataError
-from ecotrain.inference import _writable, _write
+from ecotrain.inference import writable, write_out
 
 ROUTER_FILE = "router.safetensors"
 ROUTER_SAMPLE = 256  # inputs per version kept for the router: enough for a linear model, kilobytes
@@ -156,7 +156,7 @@ def _serve(registry, version: str, data: str, cohort: Optional[str]):
 
 def predict(registry, version: str, data: str, out: str, cohort: Optional[str] = None) -> tuple[int, Path, dict]:
     """CSV: index, prediction, [label], cohort given, version that served it, prob_0..prob_{K-1}."""
-    path = _writable(Path(out), "--out", [data])
+    path = writable(Path(out), "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -167,14 +167,14 @@ def predict(registry, version: str, data: str, out: str, cohort: Optional[str] =
         w.writerow([i, int(probs[i].argmax()), *([int(y[i])] if y is not None else []),
                     given[i] if given and given[i] is not None else "", dep.version_of(routes[i]),
                     *(f"{float(p):.6g}" for p in probs[i])])
-    _write(path, buf.getvalue().encode(), "--out")
+    write_out(path, buf.getvalue().encode(), "--out")
     return len(x), path, _counts(dep, routes)
 
 
 def evaluate(registry, version: str, data: str, out: Optional[str], cohort: Optional[str] = None) -> tuple[dict, Path]:
     """Accuracy of the deployment as served (routes as in predict), overall and per route."""
     path = Path(out) if out else Path(data).with_suffix("").with_name(Path(data).stem + "-eval.json")
-    _writable(path, "--out", [data])
+    writable(path, "--out", [data])
     dep, x, y, given, routes, probs = _serve(registry, version, data, cohort)
     if y is None:
         raise DataError(f"{data}: no 'y' array; eval needs labels (predict does not)")
@@ -186,7 +186,7 @@ def evaluate(registry, version: str, data: str, out: Optional[str], cohort: Opti
     record = {"registry": str(registry), "base": dep.base, "cohorts": dep.cohorts, "data": str(data),
               "cohort": cohort, "samples": len(x), "accuracy": round(float(hit.mean()), 6) if len(x) else None,
               "routes": per, "router": dep.router is not None}
-    _write(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
+    write_out(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), "--out")
     return record, path
 
 

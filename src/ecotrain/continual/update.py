@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ecotrain.checkpoint.format import load_state_dict_file
-from ecotrain.config import _merge, build_config, load_config, parse_overrides
+from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
 from ecotrain.continual.drift import DriftThresholds, drift_report
 from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
 from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
@@ -81,7 +81,7 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
         tree = dict(base_meta["config"])
         tree["methods"] = [{k: v for k, v in m.items() if k not in ("from", "teacher")}
                            for m in tree.get("methods", [])]
-    tree = _merge(tree, parse_overrides(overrides)) if overrides else tree
+    tree = merge_trees(tree, parse_overrides(overrides)) if overrides else tree
     # the head keeps the base's width: the incoming data may hold only some (new) classes
     tree["data"] = {**tree.get("data", {}), "name": "npz", "path": str(train_npz), "kwargs": {},
                     "num_classes": base_meta["num_classes"], "test_split": 0.0}

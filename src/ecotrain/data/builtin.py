@@ -134,7 +134,6 @@ def mnist1d(cfg: Config):
     return train, test, 10
 
 
-_mnist1d = mnist1d  # the former private name, still imported by continual/scenario.py (issue 53: switch)
 
 
 def _digits(cfg: Config):

@@ -12,7 +12,7 @@ from typing import Optional
 from ecotrain.accounting.report import lower_is_better, table as text_table
 from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
-from ecotrain.report.plots import COLORS, _figure, png
+from ecotrain.report.plots import COLORS, figure, png
 from ecotrain.rundir import atomic_write, config_yaml, write_json
 from ecotrain.stats import pareto_front
 
@@ -75,7 +75,7 @@ def pareto(points: list[tuple[float, float]], lower: bool = False) -> list[tuple
 
 
 def pareto_plot(search, tolerance: float, by: str) -> str:
-    fig, (ax,) = _figure(8, 4.4)
+    fig, (ax,) = figure(8, 4.4)
     base = search.baseline
     done = [r for r in search.rows if r.ratio is not None and r.val is not None]
     for state, color, marker in (("complete", COLORS[0], "o"), ("pruned", "#9e9e9e", "x")):

@@ -54,7 +54,7 @@ class Plan:
         return self.param_bytes + self.grad_bytes + self.optim_bytes + self.act_bytes
 
 
-def _optim_states(cfg) -> int:
+def optim_states(cfg) -> int:
     if cfg.optim.name in ("adam", "adamw") or ":" in cfg.optim.name:  # an import-path optimizer: assumed Adam-like
         return 2
     return 1 if cfg.optim.momentum > 0 else 0
@@ -154,7 +154,7 @@ def make_plan(cfg) -> tuple[Plan, list[str]]:
     trainable = [p for p in model.parameters() if p.requires_grad]
     param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())
     grad_bytes = sum(p.nelement() * p.element_size() for p in trainable)
-    optim_bytes = _optim_states(cfg) * sum(p.nelement() * 4 for p in trainable)  # states are fp32
+    optim_bytes = optim_states(cfg) * sum(p.nelement() * 4 for p in trainable)  # states are fp32
 
     blocks = find_blocks(model)
     chosen = {n for n, _ in select_modules(model, cfg.memory.activation_checkpointing)}
@@ -186,7 +186,7 @@ def format_plan(cfg, plan: Plan, block_names: list[str]) -> str:
         f"({plan.n_checkpointed} of {len(block_names)} blocks)",
         f"  parameters        {_mb(plan.param_bytes)}",
         f"  gradients         {_mb(plan.grad_bytes)}",
-        f"  optimizer state   {_mb(plan.optim_bytes)}   ({cfg.optim.name}: {_optim_states(cfg)} fp32 tensor(s) per parameter"
+        f"  optimizer state   {_mb(plan.optim_bytes)}   ({cfg.optim.name}: {optim_states(cfg)} fp32 tensor(s) per parameter"
         f"{', assumed' if ':' in cfg.optim.name else ''})",
         f"  activations       {_mb(plan.act_bytes)}   (measured: saved tensors of real forwards of 1 and 2 samples,"
         f" x{plan.micro_batch} linearly)",

@@ -38,7 +38,7 @@ from ecotrain.device import host_peak_rss
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.memory.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
-from ecotrain.memory.estimate import _optim_states, activations_at, saved_profile
+from ecotrain.memory.estimate import activations_at, optim_states, saved_profile
 from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
@@ -146,7 +146,7 @@ def peak_rss() -> int:
     return host_peak_rss() or 0  # not Linux: the rusage figure is the best there is
 
 
-def _rss_now() -> int:
+def rss_now() -> int:
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -172,7 +172,7 @@ def estimates(cfg) -> tuple[dict, int, bool]:
     chunkable = chunked_loss_applies(model, task) and not cfg.methods  # a method may read the logits
     cands = planner.candidates(len(blocks), named, batch, cfg.loop.accumulate, cfg.memory.min_micro_batch,
                                cfg.precision, cfg.memory.allow_precision_change, cfg.memory.budget_levers,
-                               chunkable=chunkable, has_optim_state=_optim_states(cfg) > 0)
+                               chunkable=chunkable, has_optim_state=optim_states(cfg) > 0)
     profiles = {}
     for chunked in dict.fromkeys(c.chunked for c in cands):  # False first: chunking changes the model's head
         if chunked:

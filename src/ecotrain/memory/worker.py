@@ -28,8 +28,8 @@ from ecotrain.data import load_data
 from ecotrain.device import memory_peaks
 from ecotrain.errors import EcotrainError
 from ecotrain.loop import evaluate
-from ecotrain.memory.measure import _rss_now, estimates, peak_rss
-from ecotrain.memory.estimate import _optim_states
+from ecotrain.memory.measure import estimates, peak_rss, rss_now
+from ecotrain.memory.estimate import optim_states
 from ecotrain.orphans import watch_parent
 from ecotrain.trainer import fit
 
@@ -46,7 +46,7 @@ def worker(folder: Path) -> None:
         def on_fit_start(self, state):
             state.plan.raise_micro_batches(job["micro_batches"])  # the candidate's cut (exact accumulation)
             trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
-            self.optim_bytes = trainable * 4 * _optim_states(cfg)  # fp32 optimizer state
+            self.optim_bytes = trainable * 4 * optim_states(cfg)  # fp32 optimizer state
             self.state_bytes = trainable * 4 + self.optim_bytes  # and fp32 gradients
             if state.device.type == "cuda":
                 gpu = memory_peaks(state.device)  # said before a step can fail
@@ -54,7 +54,7 @@ def worker(folder: Path) -> None:
                 torch.cuda.reset_peak_memory_stats(state.device)
                 self.start, self.start_peak = torch.cuda.memory_allocated(state.device), 0
             else:
-                self.start, self.start_peak = _rss_now(), peak_rss()
+                self.start, self.start_peak = rss_now(), peak_rss()
 
         def on_step_start(self, state):
             self.t0, self.c0 = time.perf_counter(), time.process_time()
@@ -103,10 +103,10 @@ class _Head:
 def eval_peak(state, batches: int) -> int:
     """The peak once `batches` evaluation batches of `state.plan.eval_batch` samples have run."""
     cuda = state.device.type == "cuda"
-    before = _rss_now()
+    before = rss_now()
     bundle = load_data(state.config)  # the run's own copy is out of reach of a callback; this one is not counted
     source = bundle.val if bundle.val is not None and len(bundle.val) else bundle.train
-    copy = max(0, _rss_now() - before)
+    copy = max(0, rss_now() - before)
     if cuda:
         torch.cuda.reset_peak_memory_stats(state.device)
     evaluate(state.model, _Head(source, batches * state.plan.eval_batch), state.task, state.plan.eval_batch,

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from ecotrain.memory.planner import fmt_bytes, from_record, pareto
 from ecotrain.report import page as P
-from ecotrain.report.plots import _figure, png
+from ecotrain.report.plots import figure, png
 from ecotrain.rundir import atomic_write
 
 
 def plot(record: dict) -> str:
     s = from_record(record)
-    fig, (ax,) = _figure(6.4, 3.6)
+    fig, (ax,) = figure(6.4, 3.6)
     mib = 2**20
     ax.scatter([m.peak_bytes / mib for m in s.measured], [m.step_seconds for m in s.measured], color="#1f77b4",
                label="measured plans", zorder=3)

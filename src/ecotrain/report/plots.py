@@ -34,7 +34,7 @@ def load_matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def _figure(width: float, height: float, ncols: int = 1):
+def figure(width: float, height: float, ncols: int = 1):
     Figure, FigureCanvasAgg = load_matplotlib()
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -62,7 +62,7 @@ def _empty(ax, text: str) -> None:
 def curves(run, diagnosis=None) -> str:
     """Loss (train vs validation), the validation metric (with the final train/val/test figures),
     and the learning rate, side by side."""
-    fig, (ax_loss, ax_metric, ax_lr) = _figure(13, 3.6, 3)
+    fig, (ax_loss, ax_metric, ax_lr) = figure(13, 3.6, 3)
     train, val = run.series("loss"), run.series("val_loss")
     if train:
         ax_loss.plot(*_xy(train), color=COLORS[0], lw=1.4, label="train (log intervals)")
@@ -124,7 +124,7 @@ def curves(run, diagnosis=None) -> str:
 
 def regions(rows: Sequence[tuple[str, float, bool]], kwh: float, method: str) -> str:
     """CO2e (g) of the run's energy on each grid; `rows` = (label, grams, is the recorded grid)."""
-    fig, (ax,) = _figure(7.5, 0.3 * len(rows) + 1.2)
+    fig, (ax,) = figure(7.5, 0.3 * len(rows) + 1.2)
     labels = [r[0] for r in rows]
     ax.barh(labels, [r[1] for r in rows], color=[COLORS[1] if r[2] else COLORS[0] for r in rows])
     ax.invert_yaxis()
@@ -137,7 +137,7 @@ def regions(rows: Sequence[tuple[str, float, bool]], kwh: float, method: str) ->
 
 def overlay(runs: Sequence) -> str:
     """Several runs: validation loss, training loss and the validation metric, one colour per run."""
-    fig, (ax_val, ax_train, ax_metric) = _figure(13, 3.8, 3)
+    fig, (ax_val, ax_train, ax_metric) = figure(13, 3.8, 3)
     metric = next((r.metric for r in runs if r.metric), None)
     for i, run in enumerate(runs):
         c = COLORS[i % len(COLORS)]
@@ -160,7 +160,7 @@ def overlay(runs: Sequence) -> str:
 
 def series(title: str, values: Sequence, xlabel: Optional[str] = None) -> str:
     """A method's list of numbers (or of [x, y] pairs) as a small line plot."""
-    fig, (ax,) = _figure(5.5, 2.6)
+    fig, (ax,) = figure(5.5, 2.6)
     if values and isinstance(values[0], (list, tuple)):
         ax.plot([v[0] for v in values], [v[1] for v in values], color=COLORS[0], lw=1.4, marker="o", ms=2.5)
     else:
