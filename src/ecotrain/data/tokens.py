@@ -391,6 +391,12 @@ def load_token_shards(cfg) -> Optional[DataBundle]:
     opts = parse(TokensOptions, dict(cfg.data.kwargs), "data.kwargs", DataError)
     folders = list(dict.fromkeys(f.resolve().parent for f in bins))
     metas = {d: m for d in folders if (m := _meta(d, required=False)) is not None}
+    for f in bins:  # a sidecar's held-out file among the training shards: its split would be trained on
+        named = metas[f.resolve().parent].files if f.resolve().parent in metas else {}
+        split = next((s for s, n in named.items() if s != "train" and n == f.name), None)
+        if split is not None:
+            raise DataError(f"data.name=shards:{pattern}: {f.name} is the {split} file of {f.parent / SIDECAR}; "
+                            "a training shard would train on the held-out text: name the train files (e.g. */train.bin)")
     meta = _agreed(metas)
     train = TokenStream([TokenFile(f, _dtype(opts, meta)) for f in bins])  # one dtype, or one line
     hints = {f.vocab_hint for f in train.files}
