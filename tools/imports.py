@@ -24,7 +24,7 @@ FLOORS = {
         "rundir", "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss",
         "memory.optim_offload", "safeload", "tensorfile", "distributed", "optim", "seeding", "device", "models",
         "metrics", "threads", "environment", "stallwatch", "preemption", "resume", "stats", "progress_work",
-        "stepplan", "userpath", "jsonfile", "orphans", "contract"),
+        "stepplan", "userpath", "jsonfile", "orphans", "contract", "flops"),
     2: ("methods",),  # the Method protocol's plug-ins
     3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "sweep", "inference",  # wings
         "export", "decide"),
@@ -47,9 +47,6 @@ KNOWN = {
     ("ecotrain.green.confirm", "ecotrain.entry"), ("ecotrain.green.plan", "ecotrain.trainer"),
     ("ecotrain.green.search", "ecotrain.trainer"), ("ecotrain.speech.feedback", "ecotrain.trainer"),
     ("ecotrain.speech.rounds", "ecotrain.finish"),
-    # methods reaching the accounting wing: the FLOP counter (torch only) belongs in the core, the
-    # teacher's ledger is to be handed in as load_trained is
-    ("ecotrain.methods.curriculum", "ecotrain.accounting.flops"), ("ecotrain.methods.distill", "ecotrain.accounting"),
 }
 
 

@@ -24,6 +24,7 @@ from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.snapshot import capture
 from ecotrain.config import Config
+from ecotrain.accounting import read_ledger
 from ecotrain.batch import describe as describe_batch, leaves
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
 from ecotrain.data.sources import LoaderSource, distributed_sampler
@@ -105,7 +106,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
                         "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")
     bundle = load_data(cfg) if parts.data is None else as_bundle(parts.data, fingerprint=cfg.data.fingerprint,
                                                                  batch_size=cfg.data.batch_size, dist=dist)
-    methods = build_methods(cfg, parts.methods, load_trained)  # a teacher or reference run: rebuilt by inference
+    methods = build_methods(cfg, parts.methods, load_trained, read_ledger)  # a teacher or reference run: rebuilt by inference
     task = make_task(cfg, parts, bundle)
     check_methods_fit(methods, task, bundle, started_from=opts.init_from or opts.resume)
     if cfg.memory.chunked_loss == "on":

@@ -31,7 +31,7 @@ import torch
 from ecotrain.accounting import budget as budget_mod
 from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
 from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, combine_ranks, nvml_gpu_ids
-from ecotrain.accounting.flops import StepFlopCounter, StepFlops, warm_up
+from ecotrain.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.peaks import matmul_precision, mfu
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.accounting.report import write_ledger

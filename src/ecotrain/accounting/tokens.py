@@ -2,7 +2,7 @@
 sample holds (`tokens_per_sample`: a packed sequence's length; the mean real length of padded ones).
 
 Tokens trained = samples trained (all ranks) x tokens per sample. FLOPs per token are the measured
-step's (forward + backward, attention included: accounting/flops.py) per sample over the tokens per
+step's (forward + backward, attention included: flops.py) per sample over the tokens per
 sample. The run's energy, CO2e and money (training and its evaluations) are restated per million
 tokens trained.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ecotrain.accounting.flops import StepFlops
+from ecotrain.flops import StepFlops
 
 MILLION = 1e6
 

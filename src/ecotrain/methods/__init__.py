@@ -62,9 +62,9 @@ def _stability(m, run):
     return StabilityStop(m)
 
 
-def _distill(m, run, load_trained=None):
+def _distill(m, run, load_trained=None, read_ledger=None):
     from ecotrain.methods.distill import Distill
-    return Distill(m, run, load_trained)  # refuses cache with augmentation or loader workers
+    return Distill(m, run, load_trained, read_ledger)  # refuses cache with augmentation or loader workers
 
 
 def _prune(m, run):
@@ -131,12 +131,15 @@ def _user_method(m: UserMethodConfig, where: str) -> Method:
 NEEDS_TRAINED = ("curriculum", "distill")  # builders that take `load_trained` (a reference or teacher run)
 
 
-def build_methods(cfg, extra=(), load_trained=None) -> Methods:
+def build_methods(cfg, extra=(), load_trained=None, read_ledger=None) -> Methods:
     """The config's methods (in order), then any passed by the Python API. `load_trained(path, device)`
-    rebuilds a trained run's model (inference.load_trained), handed in by whoever builds a run: the
-    methods package sits below the code that rebuilds models with methods, so it does not import it."""
+    rebuilds a trained run's model (inference.load_trained) and `read_ledger(run)` reads its ledger.json
+    (accounting.read_ledger: distill's teacher cost), handed in by whoever builds a run: the methods
+    package sits below the code that rebuilds models with methods and below the accounting wing, so it
+    imports neither."""
+    handed = {"curriculum": (load_trained,), "distill": (load_trained, read_ledger)}
     built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig)
-             else BUILDERS[m.name](m, cfg, load_trained) if m.name in NEEDS_TRAINED else BUILDERS[m.name](m, cfg)
+             else BUILDERS[m.name](m, cfg, *handed[m.name]) if m.name in NEEDS_TRAINED else BUILDERS[m.name](m, cfg)
              for i, m in enumerate(cfg.methods)]
     return Methods([*built, *extra])
 

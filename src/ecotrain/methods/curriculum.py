@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecotrain.accounting.flops import count_flops
+from ecotrain.flops import count_flops
 from ecotrain.data.sampler import EpochSampler
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.log import log

@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ecotrain.accounting import read_ledger
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.errors import ConfigError
@@ -73,11 +72,15 @@ def _row_offset(xm: torch.Tensor) -> tuple[int, int]:
     return (xm.storage_offset() - base.storage_offset()) // max(xm.stride(0), 1), base.shape[0]
 
 
-def teacher_cost(path: Path) -> dict:
-    """The teacher's training cost from its run's ledger.json (a checkpoint's run folder too)."""
+def teacher_cost(path: Path, read_ledger) -> dict:
+    """The teacher's training cost from its run's ledger.json (a checkpoint's run folder too), read by
+    `read_ledger` (accounting.read_ledger, handed in by assemble: the methods sit below the accounting wing)."""
     run = path.parent.parent if path.parent.name == CHECKPOINTS else path
     if not RunFiles(run).ledger.is_file():
         return {"teacher_cost_note": f"no {LEDGER} in {run}: the teacher's training cost is unknown"}
+    if read_ledger is None:
+        return {"teacher_cost_note": f"the teacher's training cost is unknown: build the methods with "
+                                     f"build_methods(cfg, read_ledger=ecotrain.accounting.read_ledger) to read {LEDGER}"}
     ledger = read_ledger(run)
     flops = (ledger.get("flops") or {}).get("total")
     co2e = (ledger.get("co2e") or {}).get("kg")
@@ -87,9 +90,10 @@ def teacher_cost(path: Path) -> dict:
 
 class Distill(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, run, load_trained=None):
+    def __init__(self, cfg, run, load_trained=None, read_ledger=None):
         self.key = "distill"
         self.load_trained = load_trained  # methods.build_methods: rebuilds a teacher run's model
+        self.read_ledger = read_ledger  # methods.build_methods: reads the teacher run's ledger.json
         self.cfg, self.alpha, self.temperature = cfg, cfg.alpha, cfg.temperature
         self.task_weight = 1.0 - cfg.alpha  # the Objective weights the task loss by this
         aug = run.data.augment
@@ -142,7 +146,7 @@ class Distill(Method):
                 raise ConfigError(f"{where}: a teacher run folder needs the run's model loader; build the methods "
                                   "with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")
             teacher = self.load_trained(path, "cpu").model
-            self.facts.update(teacher_cost(path))
+            self.facts.update(teacher_cost(path, self.read_ledger))
         else:
             if tm is None:
                 raise ConfigError(f"{where}: a weights file does not say which model it is; set "
