@@ -60,9 +60,10 @@ def first_error(exc: ValidationError, prefix: str) -> str:
     return f"{prefix}{'.' + loc if loc else ''}: {msg} (got {got})"
 
 
-def parse(cls, obj, prefix: str, error: type):
-    """`cls` validated from `obj`, or `error` with one line."""
+def parse(cls, obj, prefix: str, error: type, strict: bool = False):
+    """`cls` validated from `obj`, or `error` with one line. `strict`: a file a program wrote (tokens.json),
+    whose `"eod": true` or `"vocab_size": "50"` is damage, not a value to coerce."""
     try:
-        return cls.model_validate(obj)
+        return cls.model_validate(obj, strict=strict)
     except ValidationError as exc:
         raise error(first_error(exc, prefix)) from None

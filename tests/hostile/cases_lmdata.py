@@ -80,6 +80,9 @@ CASES += [
                                           "data.kwargs.bytes_per_token"],
             sidecar({"dtype": "uint16", "vocab_size": 50, "files": {"train": "train.bin"}, "tokens": {"train": 400},
                      "bytes": 10 ** 28}), "data.name=tokens:{tmp}/t"),
+    refused("tokens_sidecar_eod_true", ["tokens.json.eod", "valid integer (got True)"],  # not id 1, silently
+            sidecar({"dtype": "uint16", "vocab_size": 50, "eod": True, "files": {"train": "train.bin"}}),
+            "data.name=tokens:{tmp}/t"),
     refused("tokens_the_sidecar_given_as_the_file", ["tokens.json is the description of the token files",
                                                      "give the folder: tokens:"],
             sidecar({"dtype": "uint16", "vocab_size": 50257, "files": {"train": "train.bin"}, "tokens": {"train": 400}}),

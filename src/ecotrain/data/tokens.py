@@ -247,7 +247,7 @@ def _meta(folder: Path, required: bool) -> Optional[TokensMeta]:
                             "with data.kwargs.dtype and vocab_size, or write the folder with `ecotrain tokenize`")
         return None
     obj = read_json(path, "token files' description", fix=_FIX, error=DataError)
-    meta = parse(TokensMeta, obj, str(path), DataError)
+    meta = parse(TokensMeta, obj, str(path), DataError, strict=True)
     for split, claimed in meta.tokens.items():  # its counts give bits per byte: they must be the files'
         name = meta.files.get(split)
         if name is None or not (folder / name).is_file():
