@@ -42,11 +42,10 @@ KNOWN = {
     # wings that train through the assembly floor (a confirmation group, an update, a feedback round):
     # to be handed `fit`/`fit_recipe` by their command (as green's confirm is handed the preemption), or
     # placed on the assembly floor
-    ("ecotrain.continual.lm", "ecotrain.finish"), ("ecotrain.continual.lm", "ecotrain.trainer"),
-    ("ecotrain.continual.update", "ecotrain.finish"), ("ecotrain.continual.update", "ecotrain.trainer"),
+    ("ecotrain.continual.lm", "ecotrain.trainer"),
+    ("ecotrain.continual.update", "ecotrain.trainer"),
     ("ecotrain.green.confirm", "ecotrain.entry"), ("ecotrain.green.plan", "ecotrain.trainer"),
     ("ecotrain.green.search", "ecotrain.trainer"), ("ecotrain.speech.feedback", "ecotrain.trainer"),
-    ("ecotrain.speech.rounds", "ecotrain.finish"),
 }
 
 

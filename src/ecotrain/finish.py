@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import platform
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from torch import nn
 
 from ecotrain.assemble import Run
 from ecotrain.loop import evaluate_split
 from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.device import combine_memory, memory_peaks
-from ecotrain.rundir import atomic_write, write_json
+from ecotrain.rundir import write_json
 from ecotrain.runfiles import RunFiles
-from ecotrain.tensorfile import tensors_bytes
+from ecotrain.tensorfile import save_weights
 from ecotrain.tracking import after_finish
 from ecotrain.version import __version__
 
@@ -160,11 +158,6 @@ def preempted_summary(run: Run) -> dict:
     run.cbs.on_finished(run.state, combine_memory([memory_peaks(run.state.device)]))  # this process's peaks
     return {"stopped_because": "preempted", "steps": run.state.step, "checkpoint": run.state.last_checkpoint,
             "notice_to_checkpoint_s": run.state.notice_to_checkpoint_s}
-
-
-def save_weights(path: Path, model_or_sd) -> None:
-    sd = model_or_sd.state_dict() if isinstance(model_or_sd, nn.Module) else model_or_sd
-    atomic_write(path, tensors_bytes(dict(sd)))  # tied weights stored once, restored tied
 
 
 def versions() -> dict:

@@ -20,6 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save, save_file
 
 from ecotrain.errors import CheckpointError
+from ecotrain.rundir import atomic_write
 from ecotrain.fsnames import native_name
 
 ALIASES = "ecotrain.aliases"
@@ -125,3 +126,10 @@ def read_tensors(path: Path, what: str | None = None) -> dict[str, torch.Tensor]
     for alias, target in aliases.items():
         tensors[alias] = tensors[target]
     return tensors
+
+
+def save_weights(path: Path, model_or_sd) -> None:
+    """A model's (or a state_dict's) tensors as one `.safetensors` file, written atomically: the final
+    weights (finish), a registry version's or a feedback round's model."""
+    sd = model_or_sd.state_dict() if isinstance(model_or_sd, torch.nn.Module) else model_or_sd
+    atomic_write(path, tensors_bytes(dict(sd)))  # tied weights stored once, restored tied

@@ -45,7 +45,7 @@ from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, lineage, load_version_model
 from ecotrain.data import load_data
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
-from ecotrain.finish import save_weights
+from ecotrain.tensorfile import save_weights
 from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model

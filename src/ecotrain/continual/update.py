@@ -41,7 +41,7 @@ from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, wri
 from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, lineage,  # noqa: F401
                                          load_version_model)
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
-from ecotrain.finish import save_weights
+from ecotrain.tensorfile import save_weights
 from ecotrain.inference import load_trained
 from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge

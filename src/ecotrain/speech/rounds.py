@@ -20,7 +20,7 @@ from ecotrain.continual.gate import GatePolicy, decide
 from ecotrain.continual.registry import Registry
 from ecotrain.continual.router import accuracy as route_accuracy
 from ecotrain.errors import ConfigError
-from ecotrain.finish import save_weights
+from ecotrain.tensorfile import save_weights
 from ecotrain.log import log
 from ecotrain.methods.average import averaged_model
 from ecotrain.rundir import write_json
