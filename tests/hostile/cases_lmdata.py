@@ -122,6 +122,12 @@ CASES += [
          ["--vocab-size", "outside 257"], write("c/a.txt", "some text"), absent=("out/tokens.json",)),
     Case("tokenize_shares_leave_nothing", [*TOKENIZE, "--val-share", "0.6", "--test-share", "0.5"], 2,
          ["leave no training text"], write("c/a.txt", "x"), absent=("out",)),
+    # tokenize's own output inside the corpus: its .bin ids (valid UTF-8: NULs) would be read as documents
+    Case("tokenize_out_inside_the_corpus", ["tokenize", "{tmp}/c", "--out", "{tmp}/c/tok", "--tokenizer", "bytes"], 2,
+         ["--out", "is inside the corpus", "put --out outside"], write("c/a.txt", "some text"), absent=("c/tok",)),
+    Case("tokenize_a_tokenized_folder_in_the_corpus", TOKENIZE, 2, ["c/old/tokens.json is in the corpus", "move"],
+         both(write("c/a.txt", "some text"), write("c/old/train.bin", ids(GOOD)), write("c/old/tokens.json", "{}")),
+         absent=("out",)),
     # --tokenizer-from takes a saved tokenizer whole: a size or kind asked for beside it is not silently dropped
     Case("tokenize_tokenizer_from_with_a_vocab_size", [*TOKENIZE[:-2], "--tokenizer-from", "{tmp}/tok.json",
                                                        "--vocab-size", "500"], 2,

@@ -43,6 +43,20 @@ def corpus_files(corpus: Path) -> list[Path]:
     return files
 
 
+def _not_token_files(corpus: Path, out: Path, files: list[Path]) -> None:
+    """A corpus folder holding tokenize's own output (--out inside it, or a tokenized folder moved
+    there) would read its .bin ids and tokenizer.json as documents, silently: refused in one line."""
+    if corpus.is_dir():
+        c, o = corpus.resolve(), out.resolve()
+        if o == c or c in o.parents:
+            raise DataError(f"tokenize: --out {out} is inside the corpus {corpus}: the next run would read its token "
+                            "files as text; put --out outside the corpus")
+    sidecar = next((f for f in files if f.name == SIDECAR), None)
+    if sidecar is not None:
+        raise DataError(f"tokenize: {sidecar} is in the corpus: a tokenized folder's .bin ids and tokenizer.json are "
+                        f"not text; move {sidecar.parent} out of {corpus}")
+
+
 def _text(data: bytes, path: Path, where: str = "") -> str:
     try:
         return data.decode("utf-8")
@@ -125,6 +139,7 @@ def tokenize_corpus(corpus, out, vocab_size: int = DEFAULT_VOCAB, tokenizer: str
             raise DataError(f"tokenize: {given} with --tokenizer-from {tokenizer_from}: the saved tokenizer decides "
                             "the ids and the vocabulary; drop one of them")
     files = corpus_files(Path(corpus))
+    _not_token_files(Path(corpus), Path(out), files)
     n_docs = sum(1 for _ in documents(files))  # a first pass: the split needs the count
     if n_docs == 0:
         raise DataError(f"tokenize: {corpus} holds no documents")
