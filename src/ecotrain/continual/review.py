@@ -21,7 +21,7 @@ from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.labels import load_label_map, normalise, review_rows
 from ecotrain.continual.registry import VERSION_RE
 from ecotrain.continual.registry_mlflow import open_registry
-from ecotrain.continual.update import load_version_model
+from ecotrain.continual.versions import load_version_model
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.inference import load_trained
 from ecotrain.rundir import atomic_write, refuse_overwriting

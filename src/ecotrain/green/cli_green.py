@@ -17,6 +17,7 @@ from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.search import BY, Options, run_search
 from ecotrain.rundir import write_json
 from ecotrain.sweep import parse_seeds
+from ecotrain.trainer import fit
 
 
 def cmd_green(args, ctx) -> int:
@@ -108,7 +109,7 @@ def cmd_green(args, ctx) -> int:
     costs["total"] = total
     the_plan = plan_mod.write_plan(out, search, result, args.recipe, overrides, args.seed, args.plan_region,
                                    args.carbon_forecast, args.deadline, args.spot_price_ratio,
-                                   args.preemptions_per_hour, cfg.checkpoint.every_minutes)
+                                   args.preemptions_per_hour, cfg.checkpoint.every_minutes, fit=fit)
     html = output.write_html(out, search, args.tolerance, args.by, result, payback, costs, the_plan)
     pruned = sum(r.state == "pruned" for r in search.rows)
     skipped = sum(r.state == "skipped" for r in search.rows)

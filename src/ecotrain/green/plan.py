@@ -107,13 +107,13 @@ def timing_factor(forecast: Optional[str], deadline: Optional[str], run_seconds:
             f"{mean:.0f} g/kWh against {now:.0f} at its start (a {run_seconds:.0f} s run; the forecast's own figures)"}
 
 
-def restart_seconds(recipe: str, overrides: list[str], row, seed: int) -> Optional[float]:
+def restart_seconds(recipe: str, overrides: list[str], row, seed: int, fit=None) -> Optional[float]:
     """Measured: a resume of the chosen trial's finished run, in process (assemble, checkpoint read
-    and the resume's checks); None when it cannot be timed."""
+    and the resume's checks) through `fit` (trainer.fit, handed in by the command: the plan is a wing
+    below the assembly); None when it cannot be timed."""
     from ecotrain.config import load_config
-    from ecotrain.trainer import fit
 
-    if row is None or not row.run_dir or not (Path(row.run_dir) / "summary.json").is_file():
+    if fit is None or row is None or not row.run_dir or not (Path(row.run_dir) / "summary.json").is_file():
         return None
     cfg = load_config(recipe, [*overrides, f"seed={seed}", *row.overrides])
     t = time.perf_counter()
@@ -168,11 +168,12 @@ def total(model: dict, infra: list[dict]) -> dict:
 def write_plan(out: Path, search, confirmation, recipe: str, overrides: list[str], seed: int,
                region: Optional[str] = None, forecast: Optional[str] = None, deadline: Optional[str] = None,
                price_ratio: float = SPOT_PRICE_RATIO, per_hour: float = PREEMPTIONS_PER_HOUR,
-               every_minutes: Optional[float] = None) -> dict:
+               every_minutes: Optional[float] = None, fit=None) -> dict:
+    """plan.json and plan.md in `out`; `fit` (trainer.fit, from green's command) times the restart."""
     model = model_family(search, confirmation)
     green_run = search.chosen.run_dir
     ledger = read_ledger(green_run)
-    restart = restart_seconds(recipe, overrides, search.chosen, seed)
+    restart = restart_seconds(recipe, overrides, search.chosen, seed, fit)
     infra = [region_factor(ledger, region), timing_factor(forecast, deadline, float(ledger.get("wall_seconds") or 0)),
              spot_factor(green_run, every_minutes, restart, price_ratio, per_hour)]
     plan = {"families": [model, *infra], "total": total(model, infra),
