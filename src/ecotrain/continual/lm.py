@@ -44,7 +44,7 @@ from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, lineage, load_version_model
 from ecotrain.data import load_data
-from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
+from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.tensorfile import save_weights
 from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge
@@ -311,7 +311,14 @@ def update_lm(reg, base: str, base_meta: dict, data, overrides: list[str], opts,
         save_weights(init_file, base_model)
         if sample is not None:
             write_base_buffer(base, base_meta, sample, cfg.seed, buffer_file)
-        result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
+        try:
+            result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
+        except CheckpointError as exc:  # the base's weights refused by the model the config builds
+            prefix = f"{init_file}: weights are for a different model: "
+            if not str(exc).startswith(prefix):
+                raise
+            raise ConfigError(f"update: {'the recipe ' + opts.recipe if opts.recipe else 'the overrides'} make another "
+                              f"model than {base}'s ({str(exc)[len(prefix):]}); keep {base}'s model section") from None
         stopped = result.summary.get("stopped_because")
         if stopped == "preempted":
             raise PreemptedError("update: stopped by a signal during training; nothing was registered, run the "
