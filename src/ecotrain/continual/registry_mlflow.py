@@ -68,6 +68,9 @@ def open_registry(spec: str | Path) -> Registry:
     """The registry `--registry` names: `mlflow:URI[#MODEL]` for MLflow's Model Registry, else a folder."""
     if isinstance(spec, str) and spec.startswith(PREFIX):
         return MlflowRegistry(spec)
+    if not str(spec).strip():  # Path("") is the current folder: it would be made a registry, unasked
+        raise ConfigError("--registry is empty; give a registry folder (default ./registry; . for this one) or "
+                          "mlflow:TRACKING_URI")
     return Registry(spec)
 
 
