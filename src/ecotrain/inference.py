@@ -50,6 +50,7 @@ from ecotrain.models import build_model
 from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.task import build_task
 from ecotrain.userpath import user_path
+from ecotrain.runfiles import CHECKPOINTS, CONFIG, MODEL, SUMMARY
 
 SPLITS = ("test", "val", "train", "all")
 
@@ -90,13 +91,13 @@ def _locate(path: Path):
         cfg = build_config(meta["config"], f"{path}/meta.json config")
         weights = unflatten(meta, tensors).get("model")
         run = path.parent.parent
-        if path.parent.name == "checkpoints" and (run / "config.yaml").is_file():
+        if path.parent.name == CHECKPOINTS and (run / CONFIG).is_file():
             return cfg, weights, f"{path} (model weights)", run, f"{path.name}-"
         return cfg, weights, f"{path} (model weights)", path.parent, f"{path.name}-"
-    if not (path / "config.yaml").is_file():
+    if not (path / CONFIG).is_file():
         raise ConfigError(f"{path}: not a run folder (no config.yaml) nor a checkpoint folder (no MANIFEST.json)")
-    cfg = load_config(path / "config.yaml")
-    file = path / "model.safetensors"
+    cfg = load_config(path / CONFIG)
+    file = path / MODEL
     if not file.is_file():
         ckpts = list_checkpoints(path)
         hint = f"; evaluate a checkpoint instead: ecotrain eval {ckpts[0]}" if ckpts else ""
@@ -132,9 +133,9 @@ def load_trained(target: str | Path, device: str = "auto") -> Trained:
 def kept_columns(path: Path, prefix: str, out_dir: Path, cfg: Config) -> Optional[list[str]]:
     """The feature columns a model trained on a table (CSV, Parquet, hf:) takes, as its run's summary.json
     keeps them (None: no named columns, or no finished run to say: a checkpoint of a running one)."""
-    in_a_run = path.parent.name == "checkpoints" and path.parent.parent == out_dir  # RUN/checkpoints/step-N
+    in_a_run = path.parent.name == CHECKPOINTS and path.parent.parent == out_dir  # RUN/checkpoints/step-N
     run = path if not prefix else out_dir if in_a_run else None
-    if run is None or not (run / "summary.json").is_file():
+    if run is None or not (run / SUMMARY).is_file():
         return None
     summary = read_summary(run, {"inputs?": dict, "inputs.columns?": list, "inputs.columns.*?": str})
     return list((summary.get("inputs") or {}).get("columns") or []) or None

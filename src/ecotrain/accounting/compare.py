@@ -35,6 +35,7 @@ from ecotrain.accounting.report import (contended, FIGURES, figure, lower_is_bet
 from ecotrain.errors import ConfigError
 from ecotrain.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
                             verdict)
+from ecotrain.runfiles import CONFIG, SUMMARY
 
 BY = ("flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost")
 COUNTED = ("flops",)  # the rest are measured
@@ -47,9 +48,9 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
     if not folder.is_dir():
         raise ConfigError(f"{run_dir}: not a run folder (no such folder)" if not folder.exists()
                           else f"{run_dir}: a file, not a run folder (looked for {run_dir}/summary.json)")
-    path = folder / "summary.json"
+    path = folder / SUMMARY
     if not path.is_file():
-        if not (folder / "config.yaml").is_file():
+        if not (folder / CONFIG).is_file():
             raise ConfigError(f"{run_dir}: not a run folder (no summary.json, no config.yaml); "
                               "give the folders that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no summary.json (the run did not finish)")
@@ -61,7 +62,7 @@ def run_seed(run_dir: str, summary: dict) -> Optional[int]:
     seed = summary.get("seed")
     if seed is None:
         try:
-            cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+            cfg = yaml.safe_load((Path(run_dir) / CONFIG).read_text())
         except (OSError, ValueError, yaml.YAMLError):
             cfg = None
         seed = cfg.get("seed") if isinstance(cfg, dict) else None

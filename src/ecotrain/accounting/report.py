@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
+from ecotrain.runfiles import CONFIG, LEDGER, SUMMARY
 
 # the figures `compare --by` and the tables use, each read from one place in ledger.json
 FIGURES = {
@@ -64,16 +65,16 @@ def write_ledger(run_dir: Path, ledger: Optional[dict]) -> None:
     from ecotrain.rundir import write_json
 
     if ledger is not None:
-        write_json(Path(run_dir) / "ledger.json", ledger)
+        write_json(Path(run_dir) / LEDGER, ledger)
 
 
 def read_ledger(run_dir, table: bool = False) -> dict:
     """A run folder's ledger.json; one line naming the file when it is missing or unreadable."""
-    path = Path(run_dir) / "ledger.json"
+    path = Path(run_dir) / LEDGER
     if not path.is_file():
         if not Path(run_dir).is_dir():
             raise ConfigError(f"{run_dir}: not a run folder (no such folder; looked for {path})")
-        if not (Path(run_dir) / "config.yaml").is_file():
+        if not (Path(run_dir) / CONFIG).is_file():
             raise ConfigError(f"{run_dir}: not a run folder (no ledger.json, no config.yaml); "
                               "give a folder that `ecotrain fit` wrote")
         raise ConfigError(f"{run_dir}: no ledger.json (the run had ledger.enabled=false, or did not finish)")
@@ -85,7 +86,7 @@ def read_ledger(run_dir, table: bool = False) -> dict:
 def read_summary(run_dir, fields: Optional[dict] = None) -> dict:
     """A run folder's summary.json read back with the schema above (`fields`: what the caller needs
     besides, as jsonfile.read_json takes them)."""
-    path = Path(run_dir) / "summary.json"
+    path = Path(run_dir) / SUMMARY
     summary = read_json(path, "run summary", fields)
     check_numbers(summary, path, SUMMARY_STRINGS)
     return summary

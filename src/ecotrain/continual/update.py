@@ -48,6 +48,7 @@ from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
 from ecotrain.tensorfile import cpu_copy
 from ecotrain.trainer import fit
+from ecotrain.runfiles import CONFIG, EXPORT, MODEL
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
 
@@ -89,8 +90,8 @@ def training_config(base_meta: dict, base_dir: Path, init_file: Path, train_npz:
     for m in tree.get("methods") or []:
         m = dict(m)
         if m.get("name") in FROM_EXPORT and not m.get("from"):
-            if (base_dir / "export.safetensors").is_file():
-                m["from"] = str(base_dir / "export.safetensors")
+            if (base_dir / EXPORT).is_file():
+                m["from"] = str(base_dir / EXPORT)
             else:
                 what = "replay buffer" if m["name"] == "replay" else "Fisher information"
                 raise ConfigError(f"methods.{m['name']}: the base version {base_dir.name} has no {what} (its run "
@@ -183,7 +184,7 @@ def base_of(reg, registry, base: str) -> str:
     """BASE as a version name: a version or `current`, or a finished run folder (`ecotrain update RUN`):
     registered first when the registry is empty, else the version registered from it."""
     run = Path(base)
-    if not (run.is_dir() and (run / "config.yaml").is_file()):
+    if not (run.is_dir() and (run / CONFIG).is_file()):
         return reg.resolve(base)
     idx = reg.index()
     if not idx["versions"]:
@@ -256,13 +257,13 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
     adapter = run_dir / "adapter"
     weights_kind = "adapter" if (adapter / "adapter_model.safetensors").is_file() else "full"
     files = {}
-    if (run_dir / "export.safetensors").is_file():
-        files["export.safetensors"] = run_dir / "export.safetensors"
+    if (run_dir / EXPORT).is_file():
+        files[EXPORT] = run_dir / EXPORT
     if x_train is not None:  # the router's examples of what this version serves
         files[ROUTER_FILE] = write_router_sample(x_train, cfg.seed, run_dir / "router")
     if weights_kind == "adapter":
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
-    weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
+    weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / MODEL)
     if averaged is not None:  # what the gate measured: the averaged model, not the run's own weights
         weights = cpu_copy(cand.state_dict())
     seen = sorted(set(base_meta["classes_seen"]) | set(int(v) for v in torch.unique(y_train)))
@@ -301,7 +302,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     reg = open_registry(registry)
     run = Path(run)
     trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
-    if trained.prefix or not (run / "model.safetensors").is_file():
+    if trained.prefix or not (run / MODEL).is_file():
         raise ConfigError(f"{run}: give a finished run folder (config.yaml + model.safetensors), not a checkpoint")
     if trained.is_lm:  # a language model: token windows, perplexity (continual/lm.py)
         return register_lm_run(reg, run, trained, slice_name, data)
@@ -327,7 +328,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
             "classes_seen": sorted(int(v) for v in torch.unique(bundle.train.labels())), "weights": "full",
             "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
             "metrics": {**metrics, "gate": {"promote": True, "reason": f"registered from run {run}"}}}
-    files = {"export.safetensors": run / "export.safetensors"} if (run / "export.safetensors").is_file() else {}
+    files = {EXPORT: run / EXPORT} if (run / EXPORT).is_file() else {}
 
     g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))  # the router's examples of the base
     tx, _ = bundle.train.take(torch.randperm(len(bundle.train), generator=g)[:4096].sort().values)

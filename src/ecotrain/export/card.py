@@ -26,6 +26,7 @@ from ecotrain.export.shipped import Run, Shipped, locate
 from ecotrain.fsnames import shown
 from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.stats import mean_ci
+from ecotrain.runfiles import MODEL, TOKENIZER
 
 MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain export` rewrites this file -->"
 FINE_TUNING = ("finetune", "adapters", "lwf", "ewc", "replay", "average")  # methods that start from trained weights
@@ -286,7 +287,7 @@ def language_model(run: Run) -> Optional[dict]:
         return None
     s = run.summary
     split = "test" if isinstance(s.get("test_perplexity"), (int, float)) else "val"
-    params, tied, rows = weights_summary(run.path / "model.safetensors")
+    params, tied, rows = weights_summary(run.path / MODEL)
     kwargs = (run.config.get("model") or {}).get("kwargs") or {}
     data_kwargs = (run.config.get("data") or {}).get("kwargs") or {}
     context = kwargs.get("max_len") or rows or data_kwargs.get("seq_len")
@@ -323,7 +324,7 @@ def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
 def tokenizer_name(run: Run) -> str:
     """The tokenizer in words: RUN/tokenizer.json's kind and size, bytes for the built-in text source."""
     try:
-        tok = json.loads((run.path / "tokenizer.json").read_text(encoding="utf-8"))
+        tok = json.loads((run.path / TOKENIZER).read_text(encoding="utf-8"))
     except FileNotFoundError:
         if (run.config.get("data") or {}).get("name") == "text":
             return "bytes: the 256 byte values (the built-in text source)"

@@ -20,6 +20,7 @@ from ecotrain.accounting.report import read_summary
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
 from ecotrain.sweep import GROUP_SUFFIX, read_group
+from ecotrain.runfiles import CONFIG, ENVIRONMENT, LEDGER, MODEL, SUMMARY
 
 SUMMARY_FIELDS = {"name": str, "monitor": str, "best_val_metric": (float, None), "best_step": (int, None),
                   "steps": int, "dataset_hash": str}
@@ -61,22 +62,22 @@ class Shipped:
 def read_run(path: str | Path) -> Run:
     """A finished run folder: config.yaml, summary.json, model.safetensors; ledger.json when recorded."""
     path = Path(path)
-    if not (path / "config.yaml").is_file():
+    if not (path / CONFIG).is_file():
         raise ConfigError(f"{path}: not a run folder (no config.yaml); give a folder that `ecotrain fit` wrote, "
                           f"or a seed group's *{GROUP_SUFFIX}")
-    if not (path / "summary.json").is_file() or not (path / "model.safetensors").is_file():
+    if not (path / SUMMARY).is_file() or not (path / MODEL).is_file():
         raise ConfigError(f"{path}: the run has not finished (no summary.json or model.safetensors); "
                           "finish it with `ecotrain resume`")
     try:
-        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+        config = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path / 'config.yaml'}: not readable ({exc}); restore it, or run the training again") \
             from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path / 'config.yaml'}: not a config; restore it, or run the training again")
     summary = read_summary(path, SUMMARY_FIELDS)
-    ledger = read_ledger(path) if (path / "ledger.json").is_file() else None
-    env = path / "environment.json"
+    ledger = read_ledger(path) if (path / LEDGER).is_file() else None
+    env = path / ENVIRONMENT
     environment = read_json(env, "environment record") if env.is_file() else {}
     return Run(path, config, summary, ledger, environment)
 

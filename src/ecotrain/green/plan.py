@@ -36,6 +36,7 @@ from ecotrain.accounting.forecast import chosen_slots, intensity_at, parse_deadl
 from ecotrain.accounting.report import figure, read_ledger, read_summary
 from ecotrain.errors import ConfigError
 from ecotrain.rundir import atomic_write, write_json
+from ecotrain.runfiles import SUMMARY
 
 SPOT_PRICE_RATIO = 0.35  # spot / on-demand: the big clouds' spot discounts are ~60-90%; a round, modest one
 PREEMPTIONS_PER_HOUR = 0.2  # modelled; put your provider's interruption rate
@@ -113,7 +114,7 @@ def restart_seconds(recipe: str, overrides: list[str], row, seed: int, fit=None)
     below the assembly); None when it cannot be timed."""
     from ecotrain.config import load_config
 
-    if fit is None or row is None or not row.run_dir or not (Path(row.run_dir) / "summary.json").is_file():
+    if fit is None or row is None or not row.run_dir or not (Path(row.run_dir) / SUMMARY).is_file():
         return None
     cfg = load_config(recipe, [*overrides, f"seed={seed}", *row.overrides])
     t = time.perf_counter()

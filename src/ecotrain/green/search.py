@@ -59,6 +59,7 @@ from ecotrain.jsonfile import RUN_FIX
 from ecotrain.log import log
 from ecotrain.stats import mean_ci
 from ecotrain.trainer import fit
+from ecotrain.runfiles import METRICS, SUMMARY
 
 try:  # the `green` extra (pip install 'ecotrain[green]'); only this module imports it
     import optuna
@@ -215,7 +216,7 @@ def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
     """(fraction of the schedule, validation metric) at each evaluation of a finished run."""
     steps = read_summary(run_dir)["steps"]
     points = []
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
         try:
             rec = json.loads(line)
@@ -266,7 +267,7 @@ def at(curve: list[tuple[float, float]], p: float) -> Optional[float]:
 def train(recipe: str, overrides: list[str], run_dir: Path, preemption, callbacks=()) -> None:
     """Train (or continue exactly, or keep) the run in `run_dir`. A stop signal checkpoints the run and
     raises PreemptedError: the search is resumed by running the same command again."""
-    if (run_dir / "summary.json").is_file():
+    if (run_dir / SUMMARY).is_file():
         return  # finished by an earlier try of this search
     cfg = load_config(recipe, overrides)
     result = fit(cfg, run_dir=run_dir, resume="auto", quiet=True, callbacks=callbacks, preemption=preemption)

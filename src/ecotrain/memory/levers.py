@@ -37,6 +37,7 @@ from ecotrain.memory.chunked_loss import apply_chunked_loss
 from ecotrain.memory.offload import apply_offload
 from ecotrain.memory.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
 from ecotrain.rundir import atomic_write
+from ecotrain.runfiles import MICRO_BATCHES
 
 
 # cuBLAS and cuDNN report a failed allocation as a plain RuntimeError, not torch.OutOfMemoryError
@@ -173,7 +174,7 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-OOM_HINT = "micro_batches.json"  # a rank's OOM under torchrun: the count every rank resumes with
+OOM_HINT = MICRO_BATCHES  # a rank's OOM under torchrun: the count every rank resumes with
 
 
 def recover_from_oom(state, batch, n_micro: int, exc: BaseException, run: Callable):

@@ -42,8 +42,9 @@ from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.units import fmt_bytes, parse_bytes  # noqa: F401  (the planner's sizes)
 from ecotrain.stats import pareto_front
+from ecotrain.runfiles import MEMORY_PLAN
 
-PLAN_FILE = "memory_plan.json"
+PLAN_FILE = MEMORY_PLAN
 PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable budget: predictions are rough
 # step costs within 3% are a tie: one plan's CPU seconds per step spread by ~2% between fresh processes on
 # a shared 2-core machine (docs/memory.md); a tie goes to the plan that fills more of the budget

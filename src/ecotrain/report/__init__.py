@@ -26,6 +26,7 @@ from ecotrain.report.page import e
 from ecotrain.report.rundata import read_run
 from ecotrain.rundir import atomic_write, refuse_overwriting
 from ecotrain.version import __version__
+from ecotrain.runfiles import REPORT
 
 DEFAULT_REGIONS = ("SE", "FR", "GB", "DE", "US", "CN", "IN", "PL", "AU")
 
@@ -71,7 +72,7 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
         title = f"ecotrain report: {run.name}"
         body = _run_sections(run, diagnoses[0], regions, heading=False)
         subtitle = f"run folder {run.path} | written {stamp} by ecotrain {__version__}"
-        target = Path(out) if out else run.path / "report.html"
+        target = Path(out) if out else run.path / REPORT
     else:
         title = f"ecotrain report: {len(runs)} runs"
         subtitle = (f"{', '.join(str(r.path) for r in runs)} | written {stamp} by ecotrain {__version__}")
@@ -82,7 +83,7 @@ def build_report(groups: Sequence[Sequence[str]], out: Optional[str | Path] = No
                     + P.img(plots.overlay(runs), "overlaid learning curves") + "</section>")
         for run, d in zip(runs, diagnoses):
             body += _run_sections(run, d, regions, heading=True)
-        target = Path(out) if out else Path("report.html")
+        target = Path(out) if out else Path(REPORT)
     if out:
         refuse_overwriting(target, "--out")
     html = P.page(title, subtitle, body)

@@ -16,6 +16,7 @@ from typing import Optional
 from ecotrain.accounting.report import LEDGER_FIELDS, SUMMARY_STRINGS, check_numbers, check_readable
 from ecotrain.errors import ConfigError
 from ecotrain.jsonfile import read_json
+from ecotrain.runfiles import CHECKPOINTS, CONFIG, ENVIRONMENT, LEDGER, METRICS, MLFLOW, SUMMARY
 
 
 @dataclass
@@ -78,7 +79,7 @@ def _json(path: Path, notes: list, what: str, fields: Optional[dict] = None) -> 
         return None
     try:
         obj = read_json(path, what, fields)
-        check_numbers(obj, path, SUMMARY_STRINGS if path.name == "summary.json" else frozenset())
+        check_numbers(obj, path, SUMMARY_STRINGS if path.name == SUMMARY else frozenset())
     except ConfigError as exc:
         notes.append(f"{exc}; left out of the report")
         return None
@@ -92,29 +93,29 @@ def read_run(run_dir) -> RunData:
     if not path.is_dir():
         raise ConfigError(f"{run_dir}: not a run folder (no such folder)" if not path.exists()
                           else f"{run_dir}: a file, not a run folder")
-    if not (path / "config.yaml").is_file() and not (path / "metrics.jsonl").is_file():
+    if not (path / CONFIG).is_file() and not (path / METRICS).is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no config.yaml, no metrics.jsonl); "
                           "give the folders that `ecotrain fit` wrote")
     run = RunData(path=path, name=path.name)
     try:
-        run.config_text = (path / "config.yaml").read_text()
+        run.config_text = (path / CONFIG).read_text()
         cfg = yaml.safe_load(run.config_text)
         run.config = cfg if isinstance(cfg, dict) else {}
     except (OSError, ValueError, yaml.YAMLError) as exc:
         run.notes.append(f"config.yaml: not readable ({type(exc).__name__})")
     run.name = str(run.config.get("name") or path.name)
-    run.summary = _json(path / "summary.json", run.notes, "run summary")
-    if not (path / "summary.json").is_file() and (path / "config.yaml").is_file():
+    run.summary = _json(path / SUMMARY, run.notes, "run summary")
+    if not (path / SUMMARY).is_file() and (path / CONFIG).is_file():
         run.notes.append("no summary.json: the run did not finish (or is still running)")
-    run.ledger = _json(path / "ledger.json", run.notes, "ledger", LEDGER_FIELDS)
+    run.ledger = _json(path / LEDGER, run.notes, "ledger", LEDGER_FIELDS)
     if run.ledger is not None:
         try:
-            check_readable(run.ledger, path / "ledger.json")
+            check_readable(run.ledger, path / LEDGER)
         except ConfigError as exc:
             run.notes.append(f"{exc}; left out of the report")
             run.ledger = None
-    run.environment = _json(path / "environment.json", run.notes, "environment record")
-    run.mlflow = _json(path / "mlflow.json", run.notes, "MLflow record")
+    run.environment = _json(path / ENVIRONMENT, run.notes, "environment record")
+    run.mlflow = _json(path / MLFLOW, run.notes, "MLflow record")
     _read_metrics(run)
     _read_checkpoints(run)
     run.files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -122,7 +123,7 @@ def read_run(run_dir) -> RunData:
 
 
 def _read_metrics(run: RunData) -> None:
-    p = run.path / "metrics.jsonl"
+    p = run.path / METRICS
     if not p.is_file():
         run.notes.append("no metrics.jsonl")
         return
@@ -145,7 +146,7 @@ def _read_metrics(run: RunData) -> None:
 
 
 def _read_checkpoints(run: RunData) -> None:
-    root = run.path / "checkpoints"
+    root = run.path / CHECKPOINTS
     if not root.is_dir():
         return
     for p in sorted(root.iterdir()):
