@@ -128,6 +128,8 @@ CASES += [
     Case("tokenize_a_tokenized_folder_in_the_corpus", TOKENIZE, 2, ["c/old/tokens.json is in the corpus", "move"],
          both(write("c/a.txt", "some text"), write("c/old/train.bin", ids(GOOD)), write("c/old/tokens.json", "{}")),
          absent=("out",)),
+    Case("tokenize_out_empty", ["tokenize", "{tmp}/c", "--out", "", "--tokenizer", "bytes"], 2, ["--out is empty"],
+         write("c/a.txt", "some text"), cwd="w", absent=("w/*",)),
     # --tokenizer-from takes a saved tokenizer whole: a size or kind asked for beside it is not silently dropped
     Case("tokenize_tokenizer_from_with_a_vocab_size", [*TOKENIZE[:-2], "--tokenizer-from", "{tmp}/tok.json",
                                                        "--vocab-size", "500"], 2,

@@ -138,6 +138,8 @@ def tokenize_corpus(corpus, out, vocab_size: int = DEFAULT_VOCAB, tokenizer: str
             given = f"--tokenizer {tokenizer}" if tokenizer != "bpe" else f"--vocab-size {vocab_size}"
             raise DataError(f"tokenize: {given} with --tokenizer-from {tokenizer_from}: the saved tokenizer decides "
                             "the ids and the vocabulary; drop one of them")
+    if not str(out).strip():  # Path("") is the current folder: its files would be written there, unasked
+        raise DataError("tokenize: --out is empty; give the folder for the token files (. for this one)")
     files = corpus_files(Path(corpus))
     _not_token_files(Path(corpus), Path(out), files)
     n_docs = sum(1 for _ in documents(files))  # a first pass: the split needs the count
