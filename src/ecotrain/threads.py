@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from ecotrain.runfiles import LEDGER
+
 CGROUP_ENV = "ECOTRAIN_CGROUP_ROOT"
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
@@ -307,7 +309,7 @@ def probe_once(cfg: dict, n: int, steps: int, folder: Path) -> dict:
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"probe with {n} threads failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    L = json.loads((run / "ledger.json").read_text())
+    L = json.loads((run / LEDGER).read_text())
     done = max(1, int(L.get("steps") or steps))
     per = lambda v: None if v is None else float(v) / done  # noqa: E731
     return {"threads": n, "steps": done, "wall_per_step": per(L.get("wall_seconds")),

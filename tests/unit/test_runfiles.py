@@ -10,9 +10,7 @@ from ecotrain.runfiles import RunFiles
 
 SRC = Path(runfiles.__file__).parent
 NAMES = [n for n in runfiles.RUN_FILES + (runfiles.ERROR_LOG, runfiles.LOCK) if n != runfiles.TENSORBOARD]  # also a package
-LEFT = {"continual/lm.py",  # another change had it open (issue 53: switch)
-        "report/page.py",  # class="checkpoints": an HTML section's class, not the folder's name
-        "threads.py"}  # another change had it open (issue 53: switch)
+LEFT = {"report/page.py"}  # class="checkpoints": an HTML section's class, not the folder's name
 
 
 def test_only_runfiles_names_the_run_files_but_the_listed_modules():

@@ -50,10 +50,10 @@ from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
 from ecotrain.methods.replay import IGNORE, reservoir_vectorised, token_rows
-from ecotrain.rundir import TOKENIZER
 from ecotrain.task import logits_of
 from ecotrain.tensorfile import cpu_copy
 from ecotrain.trainer import fit
+from ecotrain.runfiles import EXPORT, MODEL, TOKENIZER
 
 LM_TASK = "language_model"  # meta["task"] of a language model's version
 SLICE_WINDOWS = 512  # windows kept per slice, at most: a few hundred thousand tokens at seq_len 512
@@ -153,7 +153,7 @@ def register_lm_run(reg, run: Path, trained, slice_name: Optional[str], data: Op
             "weights": "full", "tokenizer": tokenizer_id(bundle, trained.config.data.name),
             "data": {"run": str(run), "dataset_hash": bundle.content_hash}, "learnt_at": dict(metrics["tasks"]),
             "metrics": {**metrics, "gate": {"promote": True, "reason": why}}}
-    files = {f: run / f for f in ("export.safetensors", TOKENIZER) if (run / f).is_file()}
+    files = {f: run / f for f in (EXPORT, TOKENIZER) if (run / f).is_file()}
     if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
         model = merge(model) if is_adapted(model) else model
 
@@ -229,7 +229,7 @@ def lm_training_config(base_meta: dict, base_dir: Path, init_file: Path, buffer_
                                     base_meta["input_shape"][0])
     tree = merge_trees(tree, parse_overrides(overrides)) if overrides else tree
     methods, sample = [], None
-    export = base_dir / "export.safetensors"
+    export = base_dir / EXPORT
     for m in tree.get("methods") or []:
         m = dict(m)
         if m.get("name") == "replay" and not m.get("from"):
@@ -377,12 +377,12 @@ def _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, 
         metrics["gate"]["average"] = averaged
     adapter = run_dir / "adapter"
     weights_kind = "adapter" if (adapter / "adapter_model.safetensors").is_file() else "full"
-    files = {f: run_dir / f for f in ("export.safetensors", TOKENIZER) if (run_dir / f).is_file()}
+    files = {f: run_dir / f for f in (EXPORT, TOKENIZER) if (run_dir / f).is_file()}
     if TOKENIZER not in files and (reg.path(base) / TOKENIZER).is_file():
         files[TOKENIZER] = reg.path(base) / TOKENIZER
     if weights_kind == "adapter":
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
-    weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / "model.safetensors")
+    weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / MODEL)
     if averaged is not None:
         weights = cpu_copy(cand.state_dict())
     b_old = mean_or_none(base_m["tasks"][t] for t in names) if names else None
