@@ -47,3 +47,24 @@ def test_the_check_fails_on_a_core_module_that_imports_a_wing(tmp_path):
     assert ("ecotrain.loop", "ecotrain.lrfind") in core_to_wing(edges)
     assert "ecotrain.lrfind" in inner["ecotrain.loop"]
     assert any("ecotrain.loop" in c for c in circles(edges))
+
+
+def test_the_documented_floor_picture_is_the_checked_one():
+    """docs/architecture.md's floor picture names the same modules, floor by floor, as FLOORS."""
+    import re
+
+    from tools.imports import FLOORS
+
+    text = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("## Floors: who may import whom", 1)[1].split("```")[1]
+    floors, current = {}, None
+    for line in block.splitlines():
+        head = re.match(r"\s+(\d)\s+\w+\s+(.*)", line)
+        if head:
+            current, line = int(head.group(1)), head.group(2)
+        if current is not None:
+            for item in re.split(r"[,;]", re.sub(r"\([^)]*\)", "", line)):
+                name = item.strip().rstrip("/*").replace("/", ".")
+                if name and name not in ("bench", "examples"):
+                    floors.setdefault(current, set()).add(name)
+    assert floors == {f: set(names) for f, names in FLOORS.items()}
