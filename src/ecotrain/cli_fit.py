@@ -31,7 +31,7 @@ def cmd_fit(args, ctx) -> int:
     if cfg.ledger.enabled and cfg.ledger.energy == "codecarbon":
         from ecotrain.accounting.energy import warm_up  # light: no torch; the probe overlaps torch's import
 
-        warm_up()
+        warm_up(cfg.ledger.tracking_mode)
     # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
     threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
     from ecotrain.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)

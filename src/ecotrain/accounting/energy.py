@@ -41,24 +41,37 @@ from ecotrain.errors import ConfigError
 _WARM: Optional[threading.Thread] = None  # warm_up()'s thread
 
 
-def warm_up() -> None:
-    """Start CodeCarbon's slowest probe now, in the background: `detect_cpu_model()` runs py-cpuinfo in
-    a subprocess (~1.3 s of wall, little CPU here) and CodeCarbon caches its answer. `ecotrain fit`
-    calls this as soon as its config says energy is measured, before torch is imported, so the probe
-    overlaps that import instead of delaying the first step (`start()` waits for what is left)."""
+def warm_up(tracking_mode: str = "process") -> None:
+    """Start CodeCarbon's slow probes now, in the background: `detect_cpu_model()` runs py-cpuinfo in a
+    subprocess (~1.3 s of wall, little CPU) and the CPU/RAM set-up waits on its own threads (~0.4 s);
+    CodeCarbon keeps both for the process (an lru_cache; `hardware_cache`, keyed by the tracking mode
+    and the GPUs: none here, so a GPU run sets its own up). `ecotrain fit` calls this as soon as its
+    config says energy is measured, before torch is imported, so the probes overlap that import instead
+    of delaying the first step (`start()` waits for what is left)."""
     global _WARM
     if _WARM is None and importlib.util.find_spec("codecarbon") is not None:
-        _WARM = threading.Thread(target=_warm, name="ecotrain-codecarbon-warm", daemon=True)
+        _WARM = threading.Thread(target=_warm, args=(tracking_mode,), name="ecotrain-codecarbon-warm", daemon=True)
         _WARM.start()
 
 
-def _warm() -> None:
+def _warm(tracking_mode: str) -> None:
+    log = logging.getLogger("codecarbon")
+    saved = (log.level, list(log.handlers))
     try:
-        from codecarbon.core.util import detect_cpu_model  # cached by CodeCarbon (functools.lru_cache)
+        from codecarbon import OfflineEmissionsTracker
 
-        detect_cpu_model()
+        log.setLevel(logging.ERROR)
+        t = OfflineEmissionsTracker(country_iso_code="USA", output_methods=[], emissions_endpoint=None,
+                                    electricitymaps_api_token=None, tracking_mode=tracking_mode,
+                                    allow_multiple_runs=True, log_level="error", gpu_ids=None)
+        ready = getattr(t, "_ensure_hardware_ready", None)  # CodeCarbon >= 3: what the real tracker reuses
+        if callable(ready):
+            ready()
     except Exception:  # noqa: BLE001 - a warm-up only: the meter's own start says what went wrong
         pass
+    finally:  # the tracker's __init__ adds its stderr handler: the logger as it was
+        log.setLevel(saved[0])
+        log.handlers = saved[1]
 
 
 _NOISE = ("Multiple instances of codecarbon are allowed",)  # v3's default; not news to a user
