@@ -345,7 +345,7 @@ def _cached(entry, most: int, goal: str) -> Optional[dict]:
     return entry
 
 
-def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
+def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS, probe: bool = True) -> Optional[dict]:
     """The thread count for `goal` by a probe of each candidate (or the cached decision for this
     recipe on this machine: the same seed trains with the same count every time). One line says it."""
     import json
@@ -359,6 +359,8 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS) -> dict:
         cached = None  # no cache, or one that is not ours to trust: probe again and write it over
     if cached is not None:
         return {**cached, "cached": True, "line": cached["line"] + f" (decided {cached['when']}, {path})"}
+    if not probe:  # the caller's machine is busy now: no decision rather than one measured on the neighbours
+        return None
     with tempfile.TemporaryDirectory(prefix="ecotrain-threads-") as tmp:
         probes = [probe_once(cfg, n, steps, Path(tmp)) for n in candidates(most)]
     best = min(score(p, goal) for p in probes)

@@ -94,3 +94,14 @@ def test_a_misspelt_objective_is_refused_before_the_run(monkeypatch):
         threadpick.wanted(cfg, torch.device("cpu"))
     monkeypatch.setenv(threads.PROBE_ENV, "0")  # no probe: the objective is not read
     assert threadpick.wanted(cfg, torch.device("cpu")) is None
+
+
+def test_a_busy_machine_neither_probes_nor_caches(tmp_path, monkeypatch):
+    """The probe's ceiling is the machine's share, not the load's; while other processes hold cores and
+    nothing is decided, no probe runs (it would measure the neighbours) and nothing is written."""
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    cfg = load_config("recipes/mnist1d_cnn.yaml", []).to_dict()
+    assert threads.pick(cfg, 2, "energy", probe=False) is None
+    assert not threads.cache_file().exists()
+    busy = threads.ThreadChoice(1, "auto", 4, 4, None, local_ranks=2, workers=0, busy=3)
+    assert threadpick.share(busy) == 2  # 4 cores over 2 local ranks, whatever the load left now

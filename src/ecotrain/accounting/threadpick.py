@@ -31,11 +31,18 @@ def wanted(cfg, device) -> Optional[int]:
     if cfg.threads == "auto" and os.environ.get(threads.PROBE_ENV) != "0":
         threads.objective()  # a misspelt ECOTRAIN_THREADS_FOR is one line before the run, not a warning in it
     preset = threads.preset()
-    if (cfg.threads != "auto" or preset is None or preset.source != "auto" or preset.threads < 2
+    if (cfg.threads != "auto" or preset is None or preset.source != "auto" or share(preset) < 2
             or getattr(device, "type", "cpu") != "cpu" or os.environ.get(threads.PROBE_ENV) == "0"
             or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or torch.get_num_threads() != preset.threads):
         return None
-    return preset.threads
+    return share(preset)
+
+
+def share(preset) -> int:
+    """The machine's cores for this process (affinity, quota, local ranks, loader workers), whatever the
+    load is now: the probe's ceiling and part of its cache key, so a decision does not depend on how busy
+    the machine happened to be when a run started (the load-based count does)."""
+    return max(1, preset.cores // max(1, preset.local_ranks) - preset.workers)
 
 
 def probe_config(cfg) -> dict:
@@ -56,11 +63,16 @@ class ThreadPick(Callback):
     def on_fit_start(self, state):
         if state.step > 0 or state.counters.resumes:  # a resume keeps its checkpoint's count (exact)
             return
+        busy = torch.get_num_threads() < self.most  # other processes hold cores now (threads.choose)
         try:
-            rec = threads.pick(probe_config(self.cfg), self.most, threads.objective())
+            rec = threads.pick(probe_config(self.cfg), self.most, threads.objective(), probe=not busy)
         except Exception as exc:  # noqa: BLE001 - a failed probe leaves auto as the cores allow, said once
             log.warning(f"threads: the probe failed ({exc}); training with {torch.get_num_threads()} threads "
                         f"(auto, as the cores allow)")
+            return
+        if rec is None:  # busy and never decided: a probe now would measure the neighbours
+            log.info(f"threads: {torch.get_num_threads()} (auto: other processes hold cores now); no probe while "
+                     f"the machine is busy, a quiet run of this recipe decides for later ones")
             return
         if rec["threads"] != torch.get_num_threads():
             torch.set_num_threads(rec["threads"])
