@@ -24,7 +24,6 @@ from ecotrain.checkpoint.manager import CheckpointManager
 from ecotrain.preemption import Preemption
 from ecotrain.checkpoint.snapshot import capture
 from ecotrain.config import Config
-from ecotrain.accounting import read_ledger
 from ecotrain.batch import describe as describe_batch, leaves
 from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
 from ecotrain.data.sources import LoaderSource, distributed_sampler
@@ -47,6 +46,7 @@ from ecotrain.rundir import RunFolder
 from ecotrain.runfiles import MODEL, RunFiles
 from ecotrain.state import TrainState
 from ecotrain.stepplan import StepPlan, step_batch_size
+from ecotrain.wings import read_ledger  # the accounting wing's reader, reached through the one place wings plug in
 from ecotrain.task import UserTask, build_task, user_metrics
 from ecotrain.threads import ThreadChoice
 

@@ -7,6 +7,7 @@ program on top of ecotrain adds its own with `register`. A wing is a function
 
 from __future__ import annotations
 
+from ecotrain.accounting import read_ledger  # noqa: F401 - a wing's reader the methods are handed (assemble: distill's teacher cost)
 from ecotrain.accounting.wing import run_callbacks as accounting
 from ecotrain.callbacks.wing import Wing
 from ecotrain.tracking import run_callbacks as tracking
