@@ -84,7 +84,7 @@ class LwF(Method):
             return {}
         task = state.objective.task
         y = task.targets(batch)
-        if isinstance(y, torch.Tensor) and y.ndim >= 2:  # per-token targets: a language model
+        if per_position(y, outputs):  # a target per position (a language model); not CTC's label sequences
             return self._token_terms(task, batch, y, outputs, state)
         x, _ = batch
         student, inputs = ([outputs], [x]) if self.cfg.on_new else ([], [])
@@ -127,3 +127,12 @@ class LwF(Method):
 
     def load_state_dict(self, sd: dict) -> None:
         check_pinned(sd, "teacher_digest", self.digest, "methods.lwf.teacher", self.path, "the teacher")
+
+
+def per_position(y, outputs) -> bool:
+    """Targets that name one class per position of the logits (`[B, T]` beside `[B, T, V]`). A speech
+    model's CTC targets are 2-D too, but a label sequence of another length: KL over the whole output."""
+    if not isinstance(y, torch.Tensor) or y.ndim < 2:
+        return False
+    logits = logits_of(outputs)
+    return isinstance(logits, torch.Tensor) and tuple(logits.shape[:-1]) == tuple(y.shape)
