@@ -42,7 +42,7 @@ from ecotrain.config import build_config, load_config, merge_trees, parse_overri
 from ecotrain.config_tokens import SIDECAR
 from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
-from ecotrain.continual.versions import Outcome, lineage, load_version_model
+from ecotrain.continual.versions import Outcome, lineage, load_version_model, settler
 from ecotrain.data import load_data
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.tensorfile import save_weights
@@ -395,16 +395,7 @@ def _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, 
                                                                        "stopped_because", "val_perplexity")}}
     verdict = {"ok": ok, "reason": reason}
 
-    def settle(idx: dict, name: str) -> None:
-        if ok and idx["current"] == base:
-            reg.make_current(idx, name, reason)
-        elif ok:
-            verdict.update(ok=False, reason=f"candidate: passed the gate against {base}, but `current` moved to "
-                           f"{idx['current']} meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
-            reg.set_status(idx, name, "candidate", verdict["reason"])
-        else:
-            reg.set_status(idx, name, "rejected", reason)
-
+    settle = settler(reg, base, ok, reason, verdict)
     name = reg.commit(weights, meta, files, slices, settle)
     return Outcome(name, verdict["ok"], verdict["reason"], meta)
 

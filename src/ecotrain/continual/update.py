@@ -38,7 +38,7 @@ from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
-from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, lineage,  # noqa: F401
+from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, lineage, settler,  # noqa: F401
                                          load_version_model)
 from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
 from ecotrain.tensorfile import save_weights
@@ -276,20 +276,13 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
         meta["cohort"] = str(opts.cohort)
     verdict = {"ok": ok, "reason": reason}
 
-    def settle(idx: dict, name: str) -> None:
-        if ok and opts.cohort is not None and idx["cohorts"] != cohorts_gated:
-            verdict.update(ok=False, reason=f"candidate: passed the gate as served, but cohort versions changed "
-                           f"meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
-            reg.set_status(idx, name, "candidate", verdict["reason"])
-        elif ok and idx["current"] == base:
-            reg.make_current(idx, name, reason)
-        elif ok:
-            verdict.update(ok=False, reason=f"candidate: passed the gate against {base}, but `current` moved to "
-                           f"{idx['current']} meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
-            reg.set_status(idx, name, "candidate", verdict["reason"])
-        else:
-            reg.set_status(idx, name, "rejected", reason)
+    def cohorts_moved(idx: dict, name: str):
+        if opts.cohort is not None and idx["cohorts"] != cohorts_gated:
+            return (f"candidate: passed the gate as served, but cohort versions changed meanwhile; promote it with "
+                    f"`ecotrain promote {name}` if wanted ({reason})")
+        return None
 
+    settle = settler(reg, base, ok, reason, verdict, cohorts_moved)
     name = reg.commit(weights, meta, files, slices, settle)
     return Outcome(name, verdict["ok"], verdict["reason"], meta)
 

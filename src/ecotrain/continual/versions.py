@@ -55,3 +55,24 @@ def lineage(reg: Registry, name: str) -> list[dict]:
         out.append(meta)
         name = meta.get("parent")
     return out
+
+
+def settler(reg: Registry, base: str, ok: bool, reason: str, verdict: dict, moved=None):
+    """The registry's last step of an update, run under its lock (`Registry.commit`): a version that
+    passed its gate becomes `current` only if nothing moved since it was gated; else it stays a
+    candidate, with why. `moved(idx, name)`: another reason a passing version must wait (a cohort's
+    versions changed), or None. `verdict` is updated in place: what the command reports."""
+
+    def settle(idx: dict, name: str) -> None:
+        why = moved(idx, name) if ok and moved is not None else None
+        if ok and why is None and idx["current"] == base:
+            reg.make_current(idx, name, reason)
+        elif ok:
+            why = why or (f"candidate: passed the gate against {base}, but `current` moved to {idx['current']} "
+                          f"meanwhile; promote it with `ecotrain promote {name}` if wanted ({reason})")
+            verdict.update(ok=False, reason=why)
+            reg.set_status(idx, name, "candidate", why)
+        else:
+            reg.set_status(idx, name, "rejected", reason)
+
+    return settle
