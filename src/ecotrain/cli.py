@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="print the memory a recipe needs (parameters, gradients, optimizer, activations)")
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
-    pl.add_argument("--budget", metavar="BYTES", help="measure plans (checkpointing, micro-batches) for this much "
+    pl.add_argument("--budget", metavar="BYTES", help="measure plans (recompute, offload, chunked loss, optimizer offload, micro-batches) for this much "
                     "memory, e.g. 2GiB, and print the one fit would pick (memory.budget; docs/memory.md)")
     pl.add_argument("--out", metavar="HTML", help="with --budget: also write the measurements and the Pareto front "
                     "(memory vs step time) as a page")
