@@ -109,3 +109,14 @@ def test_update_gate_adapters_rollback(world, capsys):
     row = {line[2:].split()[0]: line for line in out.splitlines()[1:-1]}
     assert code == 0 and row["v0003"].startswith("* ") and sum(line.startswith("* ") for line in row.values()) == 1
     assert "rolled_back" in row["v0004"] and "rejected" in row["v0002"] and "promoted" in row["v0001"]
+
+
+def test_a_diverged_update_registers_nothing(world, capsys):
+    root, tasks = world
+    reg_dir = root / "registry-diverged"
+    assert ecotrain(capsys, "versions", "add", root / "base", "--registry", reg_dir)[0] == 0
+    before = Registry(reg_dir).index()
+    code, out, err = ecotrain(capsys, "update", "current", tasks[1], "--registry", reg_dir, "methods=[]",
+                              "loop.max_steps=40", "optim.lr=1e12", "optim.name=sgd")
+    assert code != 0 and "training diverged" in err and "nothing was registered" in err, (code, out, err)
+    assert Registry(reg_dir).index() == before

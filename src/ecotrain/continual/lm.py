@@ -42,9 +42,9 @@ from ecotrain.config import build_config, load_config, merge_trees, parse_overri
 from ecotrain.config_tokens import SIDECAR
 from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
-from ecotrain.continual.versions import Outcome, lineage, load_version_model, settler
+from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
-from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError, PreemptedError
+from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.tensorfile import save_weights
 from ecotrain.log import log
 from ecotrain.methods.adapters import is_adapted, merge
@@ -319,13 +319,7 @@ def update_lm(reg, base: str, base_meta: dict, data, overrides: list[str], opts,
                 raise
             raise ConfigError(f"update: {'the recipe ' + opts.recipe if opts.recipe else 'the overrides'} make another "
                               f"model than {base}'s ({str(exc)[len(prefix):]}); keep {base}'s model section") from None
-        stopped = result.summary.get("stopped_because")
-        if stopped == "preempted":
-            raise PreemptedError("update: stopped by a signal during training; nothing was registered, run the "
-                                 "update again")
-        if stopped == "diverged":
-            raise EcotrainError("update: training diverged (non-finite loss); nothing was registered; try a lower "
-                                "optim.lr")
+        check_trained(result.summary)
         cand, averaged = result.model.eval(), None
         if opts.average:
             cand, averaged = choose_average(base_model, cand, base_m, holdout, recent, opts)

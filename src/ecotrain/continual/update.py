@@ -38,9 +38,9 @@ from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
-from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, lineage, settler,  # noqa: F401
+from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, check_trained, lineage, settler,  # noqa: F401
                                          load_version_model)
-from ecotrain.errors import ConfigError, DataError, EcotrainError, PreemptedError
+from ecotrain.errors import ConfigError, DataError
 from ecotrain.tensorfile import save_weights
 from ecotrain.inference import load_trained
 from ecotrain.log import log
@@ -160,13 +160,7 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
         with open(train_npz, "wb") as f:
             np.savez(f, x=x.numpy(), y=y.numpy())
         result = fit(cfg, run_dir=work / "run", quiet=opts.quiet, init_from=init_file, preemption=preemption)
-        stopped = result.summary.get("stopped_because")
-        if stopped == "preempted":
-            raise PreemptedError("update: stopped by a signal during training; nothing was registered, run the "
-                                 "update again")
-        if stopped == "diverged":
-            raise EcotrainError("update: training diverged (non-finite loss); nothing was registered; try a lower "
-                                "optim.lr")
+        check_trained(result.summary)
         run_dir = result.run_dir
         cand, averaged = result.model.eval(), None
         if opts.average:

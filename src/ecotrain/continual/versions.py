@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import build_config
 from ecotrain.continual.registry import Registry
+from ecotrain.errors import EcotrainError, PreemptedError
 from ecotrain.methods import build_methods
 from ecotrain.methods.adapters import load_adapter, merge
 from ecotrain.models import build_model
@@ -76,3 +77,12 @@ def settler(reg: Registry, base: str, ok: bool, reason: str, verdict: dict, move
             reg.set_status(idx, name, "rejected", reason)
 
     return settle
+
+
+def check_trained(summary: dict) -> None:
+    """An update's training ended as it should, or one line saying that nothing was registered."""
+    stopped = summary.get("stopped_because")
+    if stopped == "preempted":
+        raise PreemptedError("update: stopped by a signal during training; nothing was registered, run the update again")
+    if stopped == "diverged":
+        raise EcotrainError("update: training diverged (non-finite loss); nothing was registered; try a lower optim.lr")
