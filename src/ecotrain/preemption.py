@@ -14,7 +14,9 @@ warning too (log.background): SIGTERM still stops the run with a checkpoint."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import time
 import urllib.request
@@ -32,6 +34,7 @@ class Preemption:
         self.noticed_at: float | None = None  # time.monotonic() of the first notice
         self._previous: dict = {}
         self._watching: threading.Event | None = None
+        self._previous_unraisable = None
 
     def notice(self, what: str) -> None:
         if self.requested is None:
@@ -99,6 +102,9 @@ class Preemption:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous = signal.signal(sig, _interrupt)
             self._previous.setdefault(sig, previous)
+        if sys.unraisablehook is not _unraisable:
+            self._previous_unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
+            _BEFORE[0] = self._previous_unraisable
 
     def settle(self) -> None:
         """The command's work is committed (its file renamed into place): a stop signal from here on is
@@ -119,6 +125,8 @@ class Preemption:
 
     def uninstall(self) -> None:
         self.stop_watching()
+        if self._previous_unraisable is not None:
+            sys.unraisablehook, self._previous_unraisable = self._previous_unraisable, None
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -145,3 +153,23 @@ def _url_says_preempted(url: str, timeout: float) -> bool:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+ASK_AGAIN_AFTER = 0.02  # seconds: the swallowing callback has returned by then
+
+
+def _unraisable(u) -> None:
+    """The KeyboardInterrupt `_interrupt` raised landed where Python swallows exceptions (a weakref
+    callback such as importlib's module-lock cleanup, a __del__) and would be lost, the command going
+    on: the signal is sent again a moment later, from a timer thread, so it lands in the command's
+    own code. Anything else goes to the hook that was there before."""
+    name = u.exc_value.args[0] if isinstance(u.exc_value, KeyboardInterrupt) and u.exc_value.args else None
+    if name in ("SIGTERM", "SIGINT"):
+        timer = threading.Timer(ASK_AGAIN_AFTER, os.kill, (os.getpid(), getattr(signal, name)))
+        timer.daemon = True
+        timer.start()
+        return
+    (_BEFORE[0] or sys.__unraisablehook__)(u)
+
+
+_BEFORE: list = [None]  # the unraisable hook stop_at_once replaced
