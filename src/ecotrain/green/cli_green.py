@@ -11,6 +11,7 @@ from ecotrain.config import load_config
 from ecotrain.config_carbon import cli_overrides
 from ecotrain.errors import ConfigError
 from ecotrain.green import confirm as confirm_mod
+from ecotrain.green import costmodel
 from ecotrain.green import output
 from ecotrain.green import plan as plan_mod
 from ecotrain.green.commands import confirm_seeds
@@ -117,6 +118,12 @@ def cmd_green(args, ctx) -> int:
           f"{len(search.rows)} trials: {pruned} pruned, {skipped} skipped untrained, {len(search.checks)} check runs"
           f" and {len(search.probes)} calibration probes)"
           + (f", with the confirmation {total / base_cost:.2f}" if result else ""))
+    model = costmodel.hindsight(search.rows)
+    if model["predicted"] or model["skipped"]:
+        err = model["median_abs_error"]
+        print(f"fitted cost model: {model['skipped']} trials skipped untrained on its prediction; "
+              f"{model['predicted']} predicted before they trained"
+              + (f", median error {100 * err:.1f}%" if err is not None else ""))
     print(f"pays back after {payback} production runs: the search's own {args.by} ({total:.3g}, {total / base_cost:.2f} "
           f"baseline runs: every trial, check, probe and confirmation run) over the saving per run ({saving:.3g})"
           if payback is not None else "the green recipe saves nothing per run: the search never pays back")
@@ -127,7 +134,7 @@ def cmd_green(args, ctx) -> int:
         "design_cost_ratio": search.chosen.ratio, "validation_deficit": search.chosen.deficit,
         "search_cost_baselines": design / base_cost, "total_cost_baselines": total / base_cost,
         "costs": costs, "saving_per_run": saving, "payback_runs": payback,
-        "trials": len(search.rows), "pruned": pruned, "skipped": skipped,
+        "trials": len(search.rows), "pruned": pruned, "skipped": skipped, "cost_model": model,
         "verdict": result.verdict if result else None,
         "decision": None if result is None or result.decision is None else {
             "seeds": result.decision.seeds, "looks": result.decision.looks, "forecast": result.decision.forecast,

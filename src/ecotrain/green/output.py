@@ -42,7 +42,8 @@ def rows_of(search) -> list[dict]:
         out.append({"trial": r.number, "state": r.state, "cost_ratio": r.ratio, "val": r.val, "deficit": r.deficit,
                     "feasible": r.feasible, "check_deficit": r.check_deficit, "check_se": r.check_se, "overrides": " ".join(r.overrides),
                     "note": r.why,
-                    "params": r.params, "cost": r.cost, "flops": r.flops, "run_dir": r.run_dir})
+                    "params": r.params, "cost": r.cost, "flops": r.flops, "run_dir": r.run_dir,
+                    "predicted_ratio": r.predicted})
     return out
 
 

@@ -12,8 +12,10 @@ of the baseline's, chosen on validation only (docs/green.md).
    `GapPruner` stops a trial from 50% on when the deficit is past the tolerance plus a slack that
    shrinks to zero at the end. Successive halving would rank trials against each other and so
    prune the cheap ones first, the very ones sought; the gap to the baseline is the constraint's own
-   early reading. A trial whose cost is known before it trains (`space.predicted_cost`) and is no
-   lower than the cheapest feasible one so far is not trained at all (state FAIL, `skipped`).
+   early reading. A trial whose cost is known before it trains (`space.predicted_cost`, counted
+   FLOPs) and is no lower than the cheapest feasible one so far is not trained at all (`skipped`);
+   for a measured cost, a model fitted on the trials measured so far (costmodel.py) skips a trial
+   only when even its band's cheap end is no lower.
 4. Resume: a killed search is started again with the same command. The sampler is re-seeded from
    the trial number before each `ask` (`seed * 1000 + number`), so a fresh process asks for the same
    values as the one that was killed; a trial left RUNNING by the killed process is continued under
@@ -54,7 +56,7 @@ from ecotrain.accounting.report import (figure, lower_is_better, missing_reason,
 from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
 from ecotrain.errors import ConfigError, PreemptedError
-from ecotrain.green import space
+from ecotrain.green import costmodel, space
 from ecotrain.jsonfile import RUN_FIX
 from ecotrain.log import log
 from ecotrain.stats import mean_ci
@@ -122,6 +124,7 @@ class Row:
     check_deficit: Optional[float] = None  # mean deficit over every design seed (`check`), when checked
     check_se: Optional[float] = None  # its standard error
     load_factor: Optional[float] = None  # the calibration probe before it over the reference probe (measured `by`)
+    predicted: Optional[float] = None  # the fitted cost model's ratio before it trained (measured `by`), when fitted
 
 
 @dataclass
@@ -386,23 +389,27 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             params = space.suggest(trial, levers, base_cfg.data.batch_size)
         overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
         row = Row(number, "", params, overrides)
-        predicted = space.predicted_cost(params)
-        best = min((r.ratio for r in search.rows if r.feasible and opts.by == "flops"), default=None)
+        predicted, cheapest = predict(opts, search, params, base_cfg.data.batch_size)
+        best = min((r.ratio for r in search.rows if r.feasible), default=None)
         if predicted is not None and opts.by == "flops" and search.spent_flops + predicted * base["flops"] > budget:
             trial.set_user_attr("stop", "budget")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             log.info(f"trial {number}: stop: {params} would pass the budget of {opts.budget_runs:g} baseline runs")
             break
-        if predicted is not None and best is not None and predicted >= best:
-            # not trained: its cost is known and no lower than the best feasible one's. Told to the sampler as
-            # that cost (not as a failure, which TPE ignores and would propose again)
-            row.state, row.why = "skipped", f"predicted {predicted:.3f}x, no cheaper than the best feasible {best:.3f}x"
+        if cheapest is not None and best is not None and cheapest >= best:
+            # not trained: its cost is known (or the fitted model's cheap end is) and no lower than the best
+            # feasible one's. Told to the sampler as that cost (not as a failure, which TPE ignores and would
+            # propose again)
+            row.state, row.why = "skipped", (f"predicted {predicted:.3f}x, no cheaper than the best feasible {best:.3f}x"
+                                             + ("" if cheapest == predicted else
+                                                f" (the fitted cost model's cheap end: {cheapest:.3f}x)"))
             trial.set_user_attr("skipped", row.why)
             trial.set_user_attr("violation", 0.0)
             if _set_constraint():
                 trial.set_constraint("deficit", 0.0)
             study.tell(trial, predicted)
         else:
+            row.predicted = predicted if opts.by != "flops" else None  # the model's guess, against what is measured
             now = probe(opts, base_steps, f"p{number:03d}") if reference is not None else None
             if now is not None:  # A, B: the baseline's probe, then the trial, under the same load
                 search.probes.append(now)
@@ -421,6 +428,19 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
                                  "`ecotrain green` command again to continue the search")
     search.chosen = check(opts, search, base_cfg)
     return search
+
+
+def predict(opts: Options, search: Search, params: dict, base_batch: int) -> tuple[Optional[float], Optional[float]]:
+    """(the trial's predicted cost ratio, the cheapest it can be) before it trains, or (None, None): counted
+    FLOPs where the values fix them (space.predicted_cost, exact: both the same), a measured `by` from the
+    fitted cost model (costmodel.py) once enough complete trials were measured."""
+    if opts.by == "flops":
+        known = space.predicted_cost(params)
+        return known, known
+    model = costmodel.fit([(r.params, r.ratio) for r in search.rows if r.state == "complete"], base_batch)
+    if model is None:
+        return None, None
+    return model.predict(params, base_batch), model.cheapest(params, base_batch)
 
 
 def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
@@ -480,7 +500,8 @@ def _run_trial(opts: Options, trial, row: Row, base: dict, curve, seeded: list[s
     row.state = "pruned" if pruned else "complete"
     row.feasible = not pruned and row.deficit <= opts.allowed + 1e-12
     for k, v in {"cost": row.cost, "ratio": row.ratio, "flops": row.flops, "val": row.val, "deficit": row.deficit,
-                 "violation": row.deficit - opts.allowed, "pruned": pruned, "load_factor": row.load_factor}.items():
+                 "violation": row.deficit - opts.allowed, "pruned": pruned, "load_factor": row.load_factor,
+                 "predicted": row.predicted}.items():
         trial.set_user_attr(k, v)
     if _set_constraint():
         trial.set_constraint("deficit", row.deficit - opts.allowed)
@@ -493,4 +514,4 @@ def _row_of(t) -> Row:
     return Row(t.number, state, space.values(t.params), list(a.get("overrides", [])), a.get("cost"), a.get("ratio"),
                a.get("flops"), a.get("val"), a.get("deficit"),
                feasible=state == "complete" and a.get("violation", 1.0) <= 1e-12, run_dir=a.get("run_dir"),
-               why=a.get("skipped", ""), load_factor=a.get("load_factor"))
+               why=a.get("skipped", ""), load_factor=a.get("load_factor"), predicted=a.get("predicted"))
