@@ -24,9 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import sympy
 import torch
-import torch.utils._sympy.functions as torch_sympy  # the shape functions torch's deserializer knows
 
 from ecotrain.errors import CheckpointError
 
@@ -200,6 +198,10 @@ def safe_expression(text: str) -> bool:
 def _allowed_name(name: str) -> bool:
     if _SYMBOL.fullmatch(name) or name in _EXTRA_NAMES or name in _assumptions():
         return True
+    # sympy (~0.4 s to import) only when a .pt2 is read: a checkpoint's reader must not pay it (start-up)
+    import sympy
+    import torch.utils._sympy.functions as torch_sympy  # the shape functions torch's deserializer knows
+
     if name in vars(torch_sympy):
         obj = vars(torch_sympy)[name]
         return isinstance(obj, type) and issubclass(obj, sympy.Basic)

@@ -16,6 +16,14 @@ def test_importing_the_cli_imports_nothing_heavy():
     assert out.returncode == 0, out.stderr
 
 
+def test_the_training_path_imports_no_sympy():
+    # sympy (~0.4 s) is for reading .pt2 shape expressions (safeload.py) only: a fit's start-up must not pay it
+    code = ("import sys, ecotrain.trainer, ecotrain.entry, ecotrain.checkpoint, ecotrain.cli_fit\n"
+            "assert 'sympy' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 def test_help_exits_0_without_torch():
     code = "import sys, runpy; sys.argv = ['ecotrain', '--help']\ntry:\n    runpy.run_module('ecotrain', run_name='__main__')\n" \
            "except SystemExit as e:\n    assert e.code == 0, e.code\nassert 'torch' not in sys.modules"
