@@ -1,4 +1,5 @@
-"""One way to take a lock file (the run folder's `.ecotrain.lock`, the registry's `registry.lock`).
+"""One way to take a lock file (the run folder's `.ecotrain.lock`, the registry's `registry.lock`), and a
+folder's own lock (`try_lock_folder`: tokenize's output, whose listing is the user's).
 
 The file is opened without following a symbolic link (`O_NOFOLLOW`) and without truncating it, and
 must be a regular file: a lock that is a link could make ecotrain write its pid into any file the
@@ -64,6 +65,20 @@ def unlock(fd: int) -> None:
     """Release a lock `try_lock` took: close its descriptor."""
     _OWNED.discard(fd)
     os.close(fd)
+
+
+def try_lock_folder(path: Path) -> int | None:
+    """Lock a folder itself (flock on its own descriptor), without waiting: nothing is written into it,
+    so a folder whose listing is the user's (tokenize's output) keeps it. The descriptor to `unlock`,
+    or None when another process holds the folder."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    _OWNED.add(fd)
+    return fd
 
 
 def try_lock(fd: int) -> bool:

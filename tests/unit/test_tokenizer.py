@@ -94,3 +94,44 @@ def test_a_failed_tokenize_leaves_the_old_folder_and_no_temporary(tmp_path, monk
     with pytest.raises(OSError):
         tokenize_corpus(tmp_path / "one.txt", tmp_path / "out", tokenizer="bytes")
     assert {p.name for p in (tmp_path / "out").iterdir()} == set(before)  # no .tokenize-* left
+
+
+def test_a_killed_tokenize_leaves_nothing_the_next_one_keeps(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    c = tmp_path / "c"
+    c.mkdir()
+    for i in range(400):  # enough text that the kill lands while it writes
+        (c / f"{i:03d}.txt").write_text(f"document {i}: " + " ".join(TEXT) * 200)
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "ecotrain", "tokenize", str(c), "--out", str(out),
+                          "--tokenizer", "bytes"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(out.glob(".tokenize-*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(60)
+    left = list(out.glob(".tokenize-*"))
+    assert left, "the kill came after the command had finished: make the corpus larger"
+    tokenize_corpus(c, out, tokenizer="bytes")  # the next tokenize into the folder
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokens.json", "train.bin", "val.bin"]
+
+
+def test_two_tokenize_into_one_folder_the_second_is_one_line(tmp_path):
+    from ecotrain.filelock import try_lock_folder, unlock
+
+    c, out = _docs(tmp_path / "c"), tmp_path / "out"
+    out.mkdir()
+    held = try_lock_folder(out)  # what a tokenize writing there holds
+    try:
+        with pytest.raises(DataError, match=r"--out .*out: another tokenize is writing this folder"):
+            tokenize_corpus(c, out, tokenizer="bytes")
+    finally:
+        unlock(held)
+    assert list(out.iterdir()) == []
+    tokenize_corpus(c, out, tokenizer="bytes")
+    assert (out / "tokens.json").is_file()

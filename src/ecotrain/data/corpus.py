@@ -24,6 +24,7 @@ import numpy as np
 from ecotrain.config_tokens import SIDECAR, TokensMeta
 from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.errors import DataError
+from ecotrain.filelock import try_lock_folder, unlock
 from ecotrain.rundir import atomic_write, fsync_dir
 from ecotrain.userpath import user_path
 
@@ -162,8 +163,24 @@ def tokenize_corpus(corpus, out, vocab_size: int = DEFAULT_VOCAB, tokenizer: str
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"tokenize: --out {out}: cannot create the folder ({exc.strerror})") from None
+    held = try_lock_folder(out)  # one tokenize per folder: two racing would mix their files
+    if held is None:
+        raise DataError(f"tokenize: --out {out}: another tokenize is writing this folder; wait for it to finish, "
+                        "or choose another --out")
+    try:
+        return _write(out, files, tok, dtype, n_docs, n_train, n_val, n_test, val_share, test_share)
+    finally:
+        unlock(held)
+
+
+def _write(out: Path, files, tok, dtype, n_docs: int, n_train: int, n_val: int, n_test: int, val_share: float,
+           test_share: float) -> TokensMeta:
+    """The token files, written under OUT/.tokenize-PID and renamed into place, the sidecar last. The
+    folder is held (tokenize_corpus), so a .tokenize-* folder another process left is a killed
+    tokenize's: removed first."""
+    for stale in out.glob(".tokenize-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = out / f".tokenize-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         splits = ["train"] + (["val"] if n_val or (n_docs == 1 and val_share) else []) + \
