@@ -48,6 +48,28 @@ def test_trial_values_become_overrides_that_load():
     assert space.batch_choices(20) == [8, 10, 15, 20]
 
 
+def test_a_measured_search_tries_larger_batches_with_a_square_root_lr():
+    from ecotrain.green.search import larger_batches
+
+    assert larger_batches({"epochs": 162, "samples_seen": 583_962}) == 1802  # the demo recipe's baseline
+    assert larger_batches({"epochs": 0, "samples_seen": 10}) == 0 and larger_batches({}) == 0
+    assert space.batch_choices(100, 1802) == [16, 25, 32, 50, 75, 100, 200, 300, 500]
+    assert space.batch_choices(100, 250) == [16, 25, 32, 50, 75, 100, 200]  # two steps an epoch at least
+    cfg = load_config(CNN)
+    got = load_config(CNN, space.to_overrides(cfg, {"samples": 0.83, "batch": 500}, base_samples=600_000))
+    assert got.data.batch_size == 500 and got.loop.max_steps == 996
+    assert got.optim.lr == pytest.approx(cfg.optim.lr * 5 ** 0.5, rel=1e-5)
+    small = load_config(CNN, space.to_overrides(cfg, {"samples": 0.3, "batch": 25}, base_samples=600_000))
+    assert small.optim.lr == cfg.optim.lr  # a smaller batch keeps the recipe's LR, as the FLOPs search did
+    import optuna
+
+    chosen = [space.Lever("schedule", ""), space.Lever("batch", "")]
+    assert space.suggest(optuna.trial.FixedTrial({"samples": 0.9, "batch": 500}), chosen, 100, 1802) == \
+        {"samples": 0.9, "batch": 500}
+    with pytest.raises(ValueError):  # a FLOPs search: no batch above the recipe's
+        space.suggest(optuna.trial.FixedTrial({"samples": 0.3, "batch": 500}), chosen, 100)
+
+
 def test_the_search_never_proposes_pruning_with_ema():
     """Prune refuses EMA (methods/prune.py): a trial proposing both ended the whole search with a
     config error; EMA is proposed only where pruning is off."""

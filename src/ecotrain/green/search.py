@@ -349,6 +349,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     curve = val_curve(base_dir, opts.metric)
     search = Search(baseline=base, levers=levers, not_applied=not_applied, metric=opts.metric)
     base_steps = int(read_summary(base_dir)["steps"])
+    largest = 0 if opts.by == "flops" else larger_batches(read_summary(base_dir))
     reference = probe(opts, base_steps, "reference")  # timed right after the baseline's own run
     if reference is not None:
         search.probes.append(reference)
@@ -386,7 +387,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         else:
             study.sampler = _sampler(opts, number)
             trial = study.ask()
-            params = space.suggest(trial, levers, base_cfg.data.batch_size)
+            params = space.suggest(trial, levers, base_cfg.data.batch_size, largest)
         overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
         row = Row(number, "", params, overrides)
         predicted, cheapest = predict(opts, search, params, base_cfg.data.batch_size)
@@ -428,6 +429,15 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
                                  "`ecotrain green` command again to continue the search")
     search.chosen = check(opts, search, base_cfg)
     return search
+
+
+def larger_batches(summary: dict) -> int:
+    """The largest batch a measured search may try: half the training set (samples seen over epochs
+    begun, which can only undercount it), 0 when the baseline's summary does not say."""
+    epochs, seen = summary.get("epochs"), summary.get("samples_seen")
+    if not isinstance(epochs, int) or not isinstance(seen, int) or epochs < 1 or seen < 1:
+        return 0
+    return seen // epochs // 2
 
 
 def predict(opts: Options, search: Search, params: dict, base_batch: int) -> tuple[Optional[float], Optional[float]]:

@@ -22,7 +22,11 @@ import yaml
 from ecotrain.errors import ConfigError
 
 SAMPLES = (0.1, 0.5)  # fraction of the baseline's training samples, log-uniform: the cheap end is sampled most
+SAMPLES_MEASURED = (0.1, 1.0)  # a measured search: larger batches cost less per sample, so up to all of them
 BATCH_FRACTIONS = (0.16, 0.25, 0.32, 0.5, 0.75, 1.0)  # of the baseline's batch size
+# a measured search only: fewer, larger steps cut the per-step overhead that a FLOPs count does not see
+# (a larger batch takes the LR up by the square root of its growth, `to_overrides`)
+BATCH_GROWTH = (2.0, 3.0, 5.0)
 WIDTH_FACTORS = (0.6, 0.8, 1.0)
 PRUNE_AMOUNTS = (0.0, 0.3)  # structured, reached by mid-run
 KEEP = (1.0, 0.5, 0.3)  # selective backprop: 1.0 is off
@@ -63,25 +67,29 @@ def levers(cfg, only: Optional[list[str]] = None) -> tuple[list[Lever], dict[str
     if not has_val:
         raise ConfigError("ecotrain green: the recipe needs a validation split (data.val_split > 0): the search "
                           "chooses on validation accuracy only")
-    table = {"schedule": "training samples as a fraction of the baseline's", "batch": "batch size",
+    table = {"schedule": "training samples as a fraction of the baseline's", "batch": "batch size (a larger one with the LR x the square root of its growth)",
              "width": "model width", "prune": "structured pruning of channels by mid-run",
              "selective": "selective backprop (backpropagate the hardest fraction)",
              "ema": "evaluate an EMA of the weights", "stability": "stop once validation loss is stable"}
     return [Lever(n, table[n]) for n in names], {n: w for n, w in why_not.items() if only is None or n in only}
 
 
-def batch_choices(base_batch: int) -> list[int]:
-    return sorted({max(MIN_BATCH, min(base_batch, round(base_batch * f))) for f in BATCH_FRACTIONS})
+def batch_choices(base_batch: int, largest: int = 0) -> list[int]:
+    """The batch sizes searched: fractions of the recipe's, and with `largest` > 0 (a measured search)
+    multiples of it up to `largest` (half the training set: two steps an epoch at least)."""
+    out = {max(MIN_BATCH, min(base_batch, round(base_batch * f))) for f in BATCH_FRACTIONS}
+    return sorted(out | {round(base_batch * g) for g in BATCH_GROWTH if round(base_batch * g) <= largest})
 
 
-def suggest(trial, chosen: list[Lever], base_batch: int) -> dict:
-    """The trial's values, one Optuna suggestion per lever (levers not searched keep the recipe's)."""
+def suggest(trial, chosen: list[Lever], base_batch: int, largest: int = 0) -> dict:
+    """The trial's values, one Optuna suggestion per lever (levers not searched keep the recipe's).
+    `largest` > 0: a measured search (larger batches and up to all the samples; batch_choices)."""
     names = {lv.name for lv in chosen}
     p: dict = {}
     if "schedule" in names:
-        p["samples"] = trial.suggest_float("samples", *SAMPLES, log=True)
+        p["samples"] = trial.suggest_float("samples", *(SAMPLES_MEASURED if largest else SAMPLES), log=True)
     if "batch" in names:
-        p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch))
+        p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch, largest))
     if "width" in names:
         p["width"] = trial.suggest_categorical("width", list(WIDTH_FACTORS))
     if "prune" in names:
@@ -115,6 +123,8 @@ def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[s
     batch = int(params.get("batch", cfg.data.batch_size))
     if batch != cfg.data.batch_size:
         out.append(f"data.batch_size={batch}")
+    if batch > cfg.data.batch_size:  # the square-root rule for Adam-like optimizers; a smaller batch keeps the LR
+        out.append(f"optim.lr={cfg.optim.lr * (batch / cfg.data.batch_size) ** 0.5:.6g}")
     samples = params.get("samples", 1.0) * base_samples
     steps = max(evals, round(samples / batch))
     out += [f"loop.max_steps={steps}", "loop.max_epochs=null", f"loop.eval_every={max(1, -(-steps // evals))}"]
