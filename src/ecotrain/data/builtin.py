@@ -105,6 +105,17 @@ def checked_tensors(x, y, where: str, num_classes=None):
     return x, y.long()
 
 
+class Found(NamedTuple):
+    """What a reader found, before load_data's seeded splits: the samples, the source's own validation
+    and test splits (None: held out here), its classes (None: from the labels) and named input columns."""
+
+    base: Any
+    own_val: Any = None
+    test: Any = None
+    num_classes: Optional[int] = None
+    inputs: Optional[dict] = None  # {"columns": [...]}: a table's feature columns, the model's input contract
+
+
 def mnist1d(cfg: Config):
     """make_dataset's output, from the dataset cache (data/cache.py) after the first run: `mnist1d`
     (a 2 s import) is imported and the data generated (3 s for 5,000 samples) only on a cache miss."""
@@ -152,9 +163,9 @@ def load_digits(cfg: Config) -> Found:
     """scikit-learn's digits, from the dataset cache after the first run: importing sklearn costs
     about 2 s, the 1,797 samples 0.1 MB."""
     def make():
-        from sklearn.datasets import load_digits
+        from sklearn import datasets  # its load_digits, not this module's
 
-        d = load_digits()
+        d = datasets.load_digits()
         return {"x": d.data, "y": d.target}
 
     d = load_or_make("digits", {"scikit-learn": package_version("scikit-learn"), "numpy": np.__version__}, {}, make)
@@ -373,17 +384,6 @@ def _read_item(ds, i: int, where: str):
 
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-
-class Found(NamedTuple):
-    """What a reader found, before load_data's seeded splits: the samples, the source's own validation
-    and test splits (None: held out here), its classes (None: from the labels) and named input columns."""
-
-    base: Any
-    own_val: Any = None
-    test: Any = None
-    num_classes: Optional[int] = None
-    inputs: Optional[dict] = None  # {"columns": [...]}: a table's feature columns, the model's input contract
 
 
 def reader(fmt: DataFormat):
