@@ -20,6 +20,7 @@ from ecotrain.config_carbon import CarbonConfig
 from ecotrain.config_memory import EveryN, MemoryConfig, NamedModules  # noqa: F401 (re-exported)
 from ecotrain.config_run import (  # noqa: F401 (re-exported)
     CheckpointConfig, DistributedConfig, FsdpConfig, PreemptionConfig)
+from ecotrain.data_formats import data_format
 from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,
@@ -84,9 +85,8 @@ class DataConfig(_Section):
     def _workers_options(self) -> "DataConfig":
         if self.persistent_workers and self.workers == 0:
             raise ValueError("persistent_workers needs data.workers > 0")
-        if self.kwargs and (self.name in ("digits", "npz", "csv") or self.name.startswith(("hf:", "parquet:"))):
+        if self.kwargs and (fmt := data_format(self.name)) is not None and not fmt.kwargs:
             # these read none: a kwarg here (data.kwargs.num_samples=500 for digits) was silently ignored
-            # (shards: of .bin token files take the tokens: options; tar/Parquet shards refuse them at load)
             raise ValueError(f"data.kwargs {sorted(self.kwargs)}: data.name={self.name} takes none (they are for "
                              "mnist1d, text, tokens:, .bin shards and an import-path Dataset); remove them")
         return self

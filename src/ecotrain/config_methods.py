@@ -1,30 +1,51 @@
 """The `methods:` entries of a config: one section per module under methods/, joined into
 `MethodConfig`, a pydantic union discriminated by `name`; a name with ':' (`pkg.module:MyMethod`) is a
-third-party method (`UserMethodConfig`). config.py re-exports every name here."""
+third-party method (`UserMethodConfig`). config.py re-exports every name here.
+
+A built-in method is registered once, by its section: a `_Builtin` subclass whose `name` is its recipe
+name and whose `impl` is its class as 'module:Class' (methods/__init__.py imports it only when a recipe
+names it, so this module stays free of torch)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from ecotrain.config_base import ModelConfig
 from ecotrain.config_base import Section as _Section
 
+_REGISTERED: list[type["_Builtin"]] = []  # every built-in method's section, in the order of this file
 
-class EmaConfig(_Section):
+
+class _Builtin(_Section):
+    """A built-in method's section. `impl`: its Method class, 'ecotrain.methods.module:Class', called as
+    `Class(entry, run, trained)` (methods/base.py); defining the subclass registers it."""
+
+    impl: ClassVar[str]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "impl" in vars(cls):  # a section of its own, not a shared base (_FromSection)
+            _REGISTERED.append(cls)
+
+
+class EmaConfig(_Builtin):
     """methods/ema.py: evaluate, test and save an exponential moving average of the weights."""
 
     name: Literal["ema"]
+    impl: ClassVar[str] = "ecotrain.methods.ema:EMA"
     decay: float = Field(0.999, gt=0, lt=1)
     every: int = Field(1, gt=0)  # steps between updates
     warmup: bool = True  # decay min(decay, (1+n)/(10+n)) over the first updates
 
 
-class BatchNormConfig(_Section):
+class BatchNormConfig(_Builtin):
     """methods/batchnorm.py: what BatchNorm's running statistics do while fine-tuning (docs/finetuning.md)."""
 
     name: Literal["batchnorm"]
+    impl: ClassVar[str] = "ecotrain.methods.batchnorm:BatchNormPolicy"
     # train: the default (naive); freeze_stats: BN in eval mode, gamma/beta still train; recompute: exact
     # statistics of the train data after training; groupnorm: BN -> GroupNorm; momentum: BN momentum set below;
     # domain: running statistics per domain key, the pre-trained ones kept for every other domain
@@ -57,29 +78,32 @@ class BatchNormConfig(_Section):
         return self
 
 
-class FinetuneConfig(_Section):
+class FinetuneConfig(_Builtin):
     """methods/finetune.py: freeze layers, per-group learning rates (docs/finetuning.md)."""
 
     name: Literal["finetune"]
+    impl: ClassVar[str] = "ecotrain.methods.finetune:FineTune"
     freeze: list[str] = Field(default_factory=list)  # parameter-name globs; `stem` also matches `stem.*`
     freeze_depth: int = Field(0, ge=0)  # freeze the first N top-level children that hold parameters
     # glob -> multiplier of optim.lr; the first glob that matches a parameter wins, the rest get 1
     lr_multipliers: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
 
-class DedupConfig(_Section):
+class DedupConfig(_Builtin):
     """methods/dedup.py: drop exact and near-duplicate training samples (docs/efficiency.md)."""
 
     name: Literal["dedup"]
+    impl: ClassVar[str] = "ecotrain.methods.dedup:Dedup"
     near: bool = True  # also near-duplicates (same near key); false: exact copies only
     points: int = Field(16, gt=0)  # near key: the z-normalised sample averaged down to this many points,
     step: float = Field(0.25, gt=0)  # ... rounded to this grid (in standard deviations of the sample)
 
 
-class CurriculumConfig(_Section):
+class CurriculumConfig(_Builtin):
     """methods/curriculum.py: the first epochs ordered easy to hard by a per-sample score."""
 
     name: Literal["curriculum"]
+    impl: ClassVar[str] = "ecotrain.methods.curriculum:Curriculum"
     score: Literal["loss", "file"] = "loss"  # loss: each sample's loss under `reference`; file: `path`
     reference: Optional[str] = None  # score loss: a run folder or checkpoint folder (a trained model)
     path: Optional[str] = None  # score file: a .npy with one score per train sample (after dedup)
@@ -96,18 +120,20 @@ class CurriculumConfig(_Section):
         return self
 
 
-class SelectiveBackpropConfig(_Section):
+class SelectiveBackpropConfig(_Builtin):
     """methods/selective.py: forward the whole batch, backpropagate only its highest-loss samples."""
 
     name: Literal["selective_backprop"]
+    impl: ClassVar[str] = "ecotrain.methods.selective:SelectiveBackprop"
     keep: float = Field(0.5, gt=0, le=1)  # fraction of each effective batch that is backpropagated
     start_step: int = Field(0, ge=0)  # full backprop before this step
 
 
-class ProgressiveResizeConfig(_Section):
+class ProgressiveResizeConfig(_Builtin):
     """methods/resize.py: shorter (downsampled or cropped) inputs early in training."""
 
     name: Literal["progressive_resize"]
+    impl: ClassVar[str] = "ecotrain.methods.resize:ProgressiveResize"
     scales: list[Annotated[float, Field(gt=0, lt=1)]] = Field(default_factory=lambda: [0.5, 0.75], min_length=1)
     until: list[Annotated[float, Field(gt=0, lt=1)]] = Field(default_factory=lambda: [0.25, 0.5], min_length=1)
     mode: Literal["auto", "downsample", "crop"] = "auto"  # auto: crop token sequences, downsample signals
@@ -121,20 +147,22 @@ class ProgressiveResizeConfig(_Section):
         return self
 
 
-class BatchRampConfig(_Section):
+class BatchRampConfig(_Builtin):
     """methods/batch_ramp.py: small batches first, up to data.batch_size, with an explicit LR rule."""
 
     name: Literal["batch_ramp"]
+    impl: ClassVar[str] = "ecotrain.methods.batch_ramp:BatchRamp"
     lr_scaling: Literal["none", "linear", "sqrt"]  # lr x (batch / data.batch_size)^(0 | 1 | 1/2); no default
     start: float = Field(0.25, gt=0, lt=1)  # the first batch size, as a fraction of data.batch_size
     steps: int = Field(500, gt=0)  # optimizer steps until the full batch size
     stages: int = Field(3, gt=0)  # distinct smaller sizes on the way (each change re-measures FLOPs)
 
 
-class LateFreezeConfig(_Section):
+class LateFreezeConfig(_Builtin):
     """methods/late_freeze.py: freeze the first layers for the last part of training."""
 
     name: Literal["late_freeze"]
+    impl: ClassVar[str] = "ecotrain.methods.late_freeze:LateFreeze"
     freeze: list[str] = Field(default_factory=list)  # parameter-name globs, as finetune's
     freeze_depth: int = Field(0, ge=0)  # or the first N top-level children that hold parameters
     at: float = Field(0.75, gt=0, lt=1)  # when, as a fraction of the planned steps
@@ -146,20 +174,22 @@ class LateFreezeConfig(_Section):
         return self
 
 
-class StabilityStopConfig(_Section):
+class StabilityStopConfig(_Builtin):
     """methods/stability.py: stop once the validation metric has stopped moving."""
 
     name: Literal["stability_stop"]
+    impl: ClassVar[str] = "ecotrain.methods.stability:StabilityStop"
     monitor: str = "val_loss"
     window: int = Field(5, ge=2)  # the last N evaluations
     tolerance: float = Field(0.005, gt=0)  # stable: (max - min) over the window <= tolerance x |mean|
     min_steps: int = Field(0, ge=0)  # never before this step
 
 
-class DistillConfig(_Section):
+class DistillConfig(_Builtin):
     """methods/distill.py: train this (smaller) model on a teacher's soft targets (docs/efficiency.md)."""
 
     name: Literal["distill"]
+    impl: ClassVar[str] = "ecotrain.methods.distill:Distill"
     teacher: str = Field(description="the teacher: a run folder, a checkpoint folder or a .safetensors file")
     teacher_model: Optional[ModelConfig] = None  # the teacher's model section; default: its run's config.yaml
     alpha: float = Field(0.5, ge=0, le=1)  # loss = alpha * KD + (1 - alpha) * task loss
@@ -168,10 +198,11 @@ class DistillConfig(_Section):
     count_teacher: bool = True  # add the teacher's own training FLOPs (its ledger.json) to this run's
 
 
-class PruneConfig(_Section):
+class PruneConfig(_Builtin):
     """methods/prune.py: magnitude pruning on a gradual schedule; structured pruning shrinks the layers."""
 
     name: Literal["prune"]
+    impl: ClassVar[str] = "ecotrain.methods.prune:Prune"
     kind: Literal["unstructured", "structured"] = "unstructured"
     amount: float = Field(0.5, gt=0, lt=1)  # the final fraction of weights (unstructured) or channels (structured)
     scope: Literal["global", "layer"] = "global"  # unstructured: one magnitude threshold for all layers, or each its own
@@ -189,16 +220,17 @@ class PruneConfig(_Section):
         return self
 
 
-class QatConfig(_Section):
+class QatConfig(_Builtin):
     """methods/qat.py: quantization-aware training with torchao (the `qat` extra); nn.Linear layers only."""
 
     name: Literal["qat"]
+    impl: ClassVar[str] = "ecotrain.methods.qat:QAT"
     weight_dtype: Literal["int8", "int4"] = "int8"  # activations: int8, dynamic, per token
     group_size: Optional[int] = Field(None, gt=0)  # weight scales per group of inputs; None: one per output row
     modules: list[str] = Field(default_factory=list)  # module-name globs; empty: every nn.Linear
 
 
-class _FromSection(_Section):
+class _FromSection(_Builtin):
     # `from` is a Python keyword: the field is `from_`, read and written as `from`
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, populate_by_name=True,
                               serialize_by_alias=True)
@@ -208,6 +240,7 @@ class ReplayConfig(_FromSection):
     """methods/replay.py: a bounded buffer of past examples, replayed in every step (docs/continual.md)."""
 
     name: Literal["replay"]
+    impl: ClassVar[str] = "ecotrain.methods.replay:Replay"
     size: int = Field(500, gt=0)  # examples kept, at most
     ratio: float = Field(0.2, gt=0, lt=1)  # replay rows' share of each step's rows (0.2: 80% new, 20% replay)
     weight: float = Field(1.0, ge=0)  # lambda: loss = CE(new) + lambda * CE(replay)
@@ -224,6 +257,7 @@ class EwcConfig(_FromSection):
     """methods/ewc.py: elastic weight consolidation, beta * sum F (theta - theta_old)^2 (docs/continual.md)."""
 
     name: Literal["ewc"]
+    impl: ClassVar[str] = "ecotrain.methods.ewc:EWC"
     beta: float = Field(100.0, ge=0)
     gamma: float = Field(1.0, gt=0, le=1)  # online EWC: the previous Fisher's decay when this version's is added
     samples: int = Field(1000, gt=0)  # training examples the Fisher is estimated on (a seeded subset)
@@ -231,10 +265,11 @@ class EwcConfig(_FromSection):
     from_: Optional[str] = Field(None, alias="from")  # the previous version's Fisher/theta: run folder or .safetensors
 
 
-class LwfConfig(_Section):
+class LwfConfig(_Builtin):
     """methods/lwf.py: learning without forgetting, KL to the previous version's outputs (docs/continual.md)."""
 
     name: Literal["lwf"]
+    impl: ClassVar[str] = "ecotrain.methods.lwf:LwF"
     teacher: Optional[str] = None  # the previous version: run folder or model.safetensors; None: the term is off
     alpha: float = Field(1.0, ge=0)
     temperature: float = Field(2.0, gt=0)
@@ -246,6 +281,7 @@ class AverageConfig(_FromSection):
     """methods/average.py: the final weights become alpha * trained + (1 - alpha) * previous (docs/continual.md)."""
 
     name: Literal["average"]
+    impl: ClassVar[str] = "ecotrain.methods.average:Average"
     # previous: the weights the run was initialised from (fit's init_from); else a run folder or .safetensors file
     with_: str = Field("previous", alias="with", min_length=1)
     alpha: Union[float, Literal["auto"]] = 0.5  # the trained weights' share; auto: the best of `grid` on val
@@ -264,6 +300,7 @@ class AdaptersConfig(_FromSection):
     """methods/adapters.py: LoRA adapters through PEFT on a frozen backbone (the `adapters` extra)."""
 
     name: Literal["adapters"]
+    impl: ClassVar[str] = "ecotrain.methods.adapters:Adapters"
     target_modules: list[str] = Field(min_length=1)  # module names (PEFT matches name suffixes), Linear or Conv1d
     r: int = Field(8, gt=0)
     alpha: float = Field(16.0, gt=0)
@@ -285,9 +322,7 @@ class UserMethodConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-BUILTIN_METHODS = (ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, AverageConfig, EmaConfig, BatchNormConfig, FinetuneConfig,
-                   DedupConfig, CurriculumConfig, SelectiveBackpropConfig, ProgressiveResizeConfig, BatchRampConfig,
-                   LateFreezeConfig, StabilityStopConfig, DistillConfig, PruneConfig, QatConfig)
+BUILTIN_METHODS = tuple(_REGISTERED)
 USER_METHOD = "pkg.module:Method"  # the tag of an import-path entry, listed beside the built-in names in errors
 
 

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ecotrain.data.builtin import checked_tensors, csv_numbers, describe, read_csv
+from ecotrain.data.builtin import checked_tensors, csv_columns, describe, read_csv
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.log import log
 
@@ -103,8 +103,7 @@ def read_file(path: Path, columns: Optional[Sequence[str]], chosen: bool, target
                  else [c for c in header if c != target])
         if not names:
             raise DataError(f"{path}: no feature column (columns: {header})")
-        x = csv_numbers(path, header, body, names)
-        y = [r[0] for r in csv_numbers(path, header, body, [target])] if target in header else None
+        x, y = csv_columns(path, header, body, names, target)
     else:
         raise DataError(f"{what}: not a .npz or .csv file")
     return samples(x, y, str(path))

@@ -42,6 +42,7 @@ from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.device import resolve_device
 from ecotrain.data.sources import subset
 from ecotrain.data.builtin import read_csv
+from ecotrain.data_formats import FILES
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.log import log
 from ecotrain.methods import build_methods
@@ -155,7 +156,7 @@ def data_config(cfg: Config, items: Sequence[str]) -> tuple[Config, str]:
     if files:
         f = Path(files[0])
         kind = f.suffix.lower().lstrip(".")
-        if kind not in ("npz", "csv"):
+        if kind not in FILES:
             raise DataError(f"--data {f}: not a .npz or .csv file; give one, or key=value overrides of the run's data "
                             "section (e.g. num_samples=2000)")
         user_path(f, "--data", f"give the .{kind} file", error=DataError)  # read before the loader checks it
@@ -176,8 +177,7 @@ def _labelled(cfg: Config) -> bool:
             with np.load(path, allow_pickle=False) as z:
                 return "y" in z.files
         if cfg.data.name == "csv":
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                header = next(csv.reader(f), [])
+            header, _ = read_csv(path, header_only=True)
             return cfg.data.target in header
     except Exception:  # unreadable: the loader says why, in one line
         return True
@@ -239,7 +239,7 @@ def eval_data(trained: Trained, items: Sequence[str], split: Optional[str], need
     dcfg, label = data_config(cfg, items)
     what = f"--data {' '.join(items)}"
     dcfg = by_name(dcfg, trained, what)
-    if not need_labels and dcfg.data.name in ("npz", "csv") and not _labelled(dcfg):
+    if not need_labels and dcfg.data.name in FILES and not _labelled(dcfg):
         if split not in (None, "all"):
             raise DataError(f"{what}: an unlabelled file is predicted whole; drop --split")
         src, split, labelled = _features_only(dcfg), "all", False
@@ -259,7 +259,7 @@ def by_name(dcfg: Config, trained: Trained, what: str) -> Config:
     know, is refused, naming them. A run that chose its columns (data.features) ignores the others, as its
     training did. An .npz has no names: taken in the training order, said so."""
     want = trained.columns
-    if not want or dcfg.data.name not in ("csv", "npz"):
+    if not want or dcfg.data.name not in FILES:
         return dcfg
     if dcfg.data.name == "npz":
         log.info(f"{what}: an .npz has no column names; its features are taken as the model's columns, in order "

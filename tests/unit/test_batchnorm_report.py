@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from ecotrain.config import BatchNormConfig
+from ecotrain.config import BatchNormConfig, Config
 from ecotrain.data import ArraySource
 from ecotrain.errors import ConfigError
 from ecotrain.methods.batchnorm import BatchNormPolicy, _why, format_report, read_report, to_groupnorm
@@ -56,10 +56,11 @@ def test_when_only_one_group_divides_every_layer():
 # -- the policy object ----------------------------------------------------------------------------
 def test_fsdp_is_refused():
     with pytest.raises(ConfigError) as err:
-        BatchNormPolicy(BatchNormConfig(name="batchnorm"), "fsdp")
+        BatchNormPolicy(BatchNormConfig(name="batchnorm"), Config.model_validate({"distributed": {"strategy": "fsdp"}}))
     assert str(err.value) == ("methods.batchnorm: not supported with distributed.strategy=fsdp (sharded modules); "
                               "use ddp or one process")
-    assert BatchNormPolicy(BatchNormConfig(name="batchnorm"), "ddp").policy == "train"
+    assert BatchNormPolicy(BatchNormConfig(name="batchnorm"),
+                           Config.model_validate({"distributed": {"strategy": "ddp"}})).policy == "train"
 
 
 def test_a_fresh_policy_and_its_state():

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import fit
-from ecotrain.config import FinetuneConfig, OptimConfig
+from ecotrain.config import Config, FinetuneConfig
 from ecotrain.errors import ConfigError
 from ecotrain.methods.finetune import FineTune
 from ecotrain.models import ResNet1d
@@ -19,7 +19,7 @@ def _ft(**kw):
 
 
 def groups_of(model, lr=1e-3, weight_decay=0.0, **kw):
-    m = FineTune(FinetuneConfig(name="finetune", **kw), OptimConfig(lr=lr, weight_decay=weight_decay))
+    m = FineTune(FinetuneConfig(name="finetune", **kw), Config.model_validate({"optim": {"lr": lr, "weight_decay": weight_decay}}))
     return m, m.param_groups(model)
 
 

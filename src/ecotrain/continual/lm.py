@@ -44,6 +44,7 @@ from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
+from ecotrain.data_formats import data_format
 from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.tensorfile import save_weights
 from ecotrain.log import log
@@ -172,7 +173,7 @@ def register_lm_run(reg, run: Path, trained, slice_name: Optional[str], data: Op
 def data_name(spec: str) -> str:
     """NEW_DATA as a data.name: text, tokens:PATH or shards:PATTERN as given; a .bin file or a folder
     holding tokens.json as tokens:PATH."""
-    if spec == "text" or spec.startswith(("tokens:", "shards:")):
+    if (fmt := data_format(spec)) is not None and fmt.tokens:
         return spec
     p = Path(spec)
     if (p.suffix == ".bin" and p.is_file()) or (p.is_dir() and (p / SIDECAR).is_file()):

@@ -5,6 +5,7 @@ text: the Python standard library's source as byte sequences, for language model
 tokens:PATH: token files as nanoGPT writes them, memory-mapped (data/tokens.py).
 digits: scikit-learn's 8x8 digits, shipped inside the package.
 npz / csv: the user's files. `pkg.module:Name`: a map-style Dataset (or a factory returning one).
+The formats, their readers and options: one table, data_formats.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import csv
 import importlib
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
-from ecotrain.data.text import load_text
+from ecotrain.data_formats import DataFormat, data_format
 from ecotrain.errors import DataError, EcotrainError
 from ecotrain.userpath import user_path
 
@@ -104,6 +105,17 @@ def checked_tensors(x, y, where: str, num_classes=None):
     return x, y.long()
 
 
+class Found(NamedTuple):
+    """What a reader found, before load_data's seeded splits: the samples, the source's own validation
+    and test splits (None: held out here), its classes (None: from the labels) and named input columns."""
+
+    base: Any
+    own_val: Any = None
+    test: Any = None
+    num_classes: Optional[int] = None
+    inputs: Optional[dict] = None  # {"columns": [...]}: a table's feature columns, the model's input contract
+
+
 def mnist1d(cfg: Config):
     """make_dataset's output, from the dataset cache (data/cache.py) after the first run: `mnist1d`
     (a 2 s import) is imported and the data generated (3 s for 5,000 samples) only on a cache miss."""
@@ -134,22 +146,33 @@ def mnist1d(cfg: Config):
     return train, test, 10
 
 
+def load_mnist1d(cfg: Config) -> Found:
+    try:
+        train, test, num_classes = mnist1d(cfg)
+    except EcotrainError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as exc:
+        # mnist1d's generator, given data.kwargs it cannot use (a train_split of 0, a string for a number)
+        raise DataError(f"data: mnist1d could not make the dataset from data.num_samples={cfg.data.num_samples} "
+                        f"and data.kwargs={cfg.data.kwargs} ({describe(exc)})") from None
+    return Found(ArraySource(*train), test=ArraySource(*test), num_classes=num_classes)
 
 
-def _digits(cfg: Config):
+
+def load_digits(cfg: Config) -> Found:
     """scikit-learn's digits, from the dataset cache after the first run: importing sklearn costs
     about 2 s, the 1,797 samples 0.1 MB."""
     def make():
-        from sklearn.datasets import load_digits
+        from sklearn import datasets  # its load_digits, not this module's
 
-        d = load_digits()
+        d = datasets.load_digits()
         return {"x": d.data, "y": d.target}
 
     d = load_or_make("digits", {"scikit-learn": package_version("scikit-learn"), "numpy": np.__version__}, {}, make)
-    return checked_tensors(d["x"] / 16.0, d["y"], "digits", 10), None, 10
+    return Found(ArraySource(*checked_tensors(d["x"] / 16.0, d["y"], "digits", 10)), num_classes=10)
 
 
-def _npz(cfg: Config):
+def load_npz(cfg: Config) -> Found:
     path = _need_path(cfg)
     try:
         z = np.load(path, allow_pickle=False)  # never unpickle user files
@@ -179,10 +202,10 @@ def _npz(cfg: Config):
 
         train = checked_tensors(read("x"), read("y"), f"{path} x/y")
         test = checked_tensors(read("x_test"), read("y_test"), f"{path} x_test/y_test") if "x_test" in files else None
-    return train, test, None
+    return Found(ArraySource(*train), test=ArraySource(*test) if test is not None else None)
 
 
-def _csv(cfg: Config):
+def load_csv(cfg: Config) -> Found:
     """Columns by name: the feature columns are data.features in that order, or every column but
     data.target in the file's order; their names are the model's input contract (`inputs`, kept in
     summary.json; predict and eval read a file's columns by them)."""
@@ -193,9 +216,8 @@ def _csv(cfg: Config):
     if len(header) < 2:
         raise DataError(f"{path}: only the label column '{cfg.data.target}'; at least one feature column is needed")
     names = csv_features(header, cfg.data.features, cfg.data.target, path)
-    feats = csv_numbers(path, header, body, names)
-    labels = [r[0] for r in csv_numbers(path, header, body, [cfg.data.target])]
-    return checked_tensors(feats, labels, str(path)), None, None, {"columns": names}
+    feats, labels = csv_columns(path, header, body, names, cfg.data.target)
+    return Found(ArraySource(*checked_tensors(feats, labels, str(path))), inputs={"columns": names})
 
 
 def read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -232,6 +254,14 @@ def csv_features(header: list[str], features, target: Optional[str], path: Path)
             raise DataError(f"{path}: no feature column '{missing[0]}' (columns: {header}); fix data.features")
         return list(features)
     return [c for c in header if c != target]
+
+
+def csv_columns(path: Path, header: list[str], body: list[list[str]], names: list[str],
+                target: Optional[str]) -> tuple[list[list[float]], Optional[list[float]]]:
+    """A CSV's features (the `names` columns) and labels (the `target` column; None: the file has none),
+    as numbers: the training data's reading (load_csv) and a file's to predict or evaluate (contract.py)."""
+    labels = [r[0] for r in csv_numbers(path, header, body, [target])] if target in header else None
+    return csv_numbers(path, header, body, names), labels
 
 
 def csv_numbers(path: Path, header: list[str], body: list[list[str]], names: list[str]) -> list[list[float]]:
@@ -356,45 +386,40 @@ def _read_item(ds, i: int, where: str):
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-BUILTIN = {"mnist1d": mnist1d, "digits": _digits, "npz": _npz, "csv": _csv}
+def reader(fmt: DataFormat):
+    """A format's reader, its module imported now: the token and on-disk readers cost imports a run
+    of another format never needs (startup)."""
+    module, _, name = fmt.reader.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_data(cfg: Config) -> DataBundle:
-    """Load the configured source, hold out test (if it has none) and validation, seeded."""
-    name = cfg.data.name
-    if name == "text":  # token sequences: split by sequence, not stratified by class (data/text.py)
-        return load_text(cfg)
-    if name.startswith(("tokens:", "shards:")):  # the token readers: imported when a recipe names one (startup)
-        from ecotrain.data.tokens import load_token_shards, load_tokens
+    """Load the configured source (data_formats.py: its reader; else a Dataset by import path), then
+    hold out test (if it has none) and validation, seeded. Token data and structured items come whole
+    from their readers (split by position or sequence, not stratified by class)."""
+    fmt = data_format(cfg.data.name)
+    found = reader(fmt)(cfg) if fmt is not None else _import_path(cfg)
+    return found if isinstance(found, DataBundle) else _split(cfg, found)
 
-        if name.startswith("tokens:"):  # token files, memory-mapped, split by position (data/tokens.py)
-            return load_tokens(cfg)
-        if (tokens := load_token_shards(cfg)) is not None:  # .bin token shards
-            return tokens
-    own_val, inputs = None, None  # inputs: the feature columns' names, where the data has them (csv, tables)
-    if name in BUILTIN:
-        try:
-            (x, y), test, num_classes, *named = BUILTIN[name](cfg)  # csv adds its feature columns' names
-        except EcotrainError:
-            raise
-        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as exc:
-            if name != "mnist1d":
-                raise
-            # mnist1d's generator, given data.kwargs it cannot use (a train_split of 0, a string for a number)
-            raise DataError(f"data: mnist1d could not make the dataset from data.num_samples={cfg.data.num_samples} "
-                            f"and data.kwargs={cfg.data.kwargs} ({describe(exc)})") from None
-        base = ArraySource(x, y)
-        test_src = ArraySource(*test) if test is not None else None
-        if named:
-            inputs = named[0]
-    elif name.startswith(("hf:", "parquet:", "shards:")):  # on disk, bigger than memory (data/hf.py, data/shards.py)
-        base, own_val, test_src, num_classes = _on_disk(cfg)
-        inputs = _table_columns(base)
-    else:
-        found = _user_dataset(cfg)
-        if isinstance(found, DataBundle):  # items of any structure, split by item (data/items.py)
-            return found
-        (base, num_classes), test_src = found, None
+
+def _import_path(cfg: Config):
+    found = _user_dataset(cfg)
+    if isinstance(found, DataBundle):  # items of any structure, split by item (data/items.py)
+        return found
+    base, num_classes = found
+    return Found(base, num_classes=num_classes)
+
+
+def load_shards_pattern(cfg: Config):
+    """`shards:PATTERN`: .bin token files (data/tokens.py), else tar or Parquet shards (data/shards.py)."""
+    from ecotrain.data.tokens import load_token_shards  # the token readers: imported when a recipe names one
+
+    tokens = load_token_shards(cfg)
+    return tokens if tokens is not None else load_on_disk(cfg)
+
+
+def _split(cfg: Config, found: Found) -> DataBundle:
+    base, own_val, test_src, num_classes, inputs = found
     num_classes = _check_splits(cfg, base, own_val, test_src, num_classes)
     labels = base.labels()
     if own_val is not None:  # the dataset's own validation split
@@ -471,6 +496,12 @@ def _check_splits(cfg: Config, train, own_val, test, num_classes: int | None) ->
                                 f"samples {tuple(x0.shape[1:])}; the model cannot take both: give every split "
                                 "the same features")
     return num_classes
+
+
+def load_on_disk(cfg: Config) -> Found:
+    """`hf:`, `parquet:` and `shards:` tables, bigger than memory; a table's feature columns by name."""
+    base, own_val, test, num_classes = _on_disk(cfg)
+    return Found(base, own_val, test, num_classes, _table_columns(base))
 
 
 def _on_disk(cfg: Config):

@@ -1,111 +1,27 @@
 """Training methods under one protocol (base.py); one module per method, built from `methods:`
-in the config. Add a method: its config class in config_methods.py (`MethodConfig`), its module
-here, one line in BUILDERS. A third-party method needs none of these: `methods: [{name:
-pkg.module:MyMethod, **kwargs}]` (`_user_method`)."""
+in the config.
+
+Add a built-in method (two files): its module here, a Method subclass built as `Class(entry, run,
+trained)` (base.py), and its section in config_methods.py, a `_Builtin` subclass with `name:
+Literal["mine"]` and `impl = "ecotrain.methods.mine:Mine"`; defining the section registers it, and
+`build_methods` imports the class only when a recipe names it. A third-party method needs neither:
+`methods: [{name: pkg.module:MyMethod, **kwargs}]` (`_user_method`)."""
 
 from __future__ import annotations
+
+import importlib
 
 from ecotrain.config_methods import UserMethodConfig
 from ecotrain.data.builtin import describe, import_object
 from ecotrain.errors import ConfigError, DataError
-from ecotrain.methods.base import Method, Methods
+from ecotrain.methods.base import Method, Methods, TrainedRuns
 
 
-# Each builder takes (its own config entry, the run's whole Config) and imports its module lazily.
-def _ema(m, run):
-    from ecotrain.methods.ema import EMA
-    return EMA(m, run.distributed.strategy)
-
-
-def _batchnorm(m, run):
-    from ecotrain.methods.batchnorm import BatchNormPolicy
-    return BatchNormPolicy(m, run.distributed.strategy)
-
-
-def _finetune(m, run):
-    from ecotrain.methods.finetune import FineTune
-    return FineTune(m, run.optim)  # its groups need optim.lr and optim.weight_decay
-
-
-def _dedup(m, run):
-    from ecotrain.methods.dedup import Dedup
-    return Dedup(m)
-
-
-def _curriculum(m, run, load_trained=None):
-    from ecotrain.methods.curriculum import Curriculum
-    return Curriculum(m, load_trained)
-
-
-def _selective(m, run):
-    from ecotrain.methods.selective import SelectiveBackprop
-    return SelectiveBackprop(m)
-
-
-def _resize(m, run):
-    from ecotrain.methods.resize import ProgressiveResize
-    return ProgressiveResize(m)
-
-
-def _batch_ramp(m, run):
-    from ecotrain.methods.batch_ramp import BatchRamp
-    return BatchRamp(m, run)  # the full batch size, the step budget, the strategy
-
-
-def _late_freeze(m, run):
-    from ecotrain.methods.late_freeze import LateFreeze
-    return LateFreeze(m, run)
-
-
-def _stability(m, run):
-    from ecotrain.methods.stability import StabilityStop
-    return StabilityStop(m)
-
-
-def _distill(m, run, load_trained=None, read_ledger=None):
-    from ecotrain.methods.distill import Distill
-    return Distill(m, run, load_trained, read_ledger)  # refuses cache with augmentation or loader workers
-
-
-def _prune(m, run):
-    from ecotrain.methods.prune import Prune
-    return Prune(m, run)
-
-
-def _qat(m, run):
-    from ecotrain.methods.qat import QAT
-    return QAT(m, run)
-
-
-def _replay(m, run):
-    from ecotrain.methods.replay import Replay
-    return Replay(m, run)
-
-
-def _ewc(m, run):
-    from ecotrain.methods.ewc import EWC
-    return EWC(m, run)
-
-
-def _lwf(m, run):
-    from ecotrain.methods.lwf import LwF
-    return LwF(m, run)
-
-
-def _average(m, run):
-    from ecotrain.methods.average import Average
-    return Average(m, run)
-
-
-def _adapters(m, run):
-    from ecotrain.methods.adapters import Adapters
-    return Adapters(m, run)  # imports PEFT (and transformers) only when used
-
-
-BUILDERS = {"replay": _replay, "ewc": _ewc, "lwf": _lwf, "adapters": _adapters, "average": _average, "ema": _ema, "batchnorm": _batchnorm, "finetune": _finetune, "dedup": _dedup, "curriculum": _curriculum,
-            "selective_backprop": _selective, "progressive_resize": _resize, "batch_ramp": _batch_ramp,
-            "late_freeze": _late_freeze, "stability_stop": _stability,
-            "distill": _distill, "prune": _prune, "qat": _qat}
+def builtin_class(entry) -> type[Method]:
+    """The Method class a built-in section names (`impl`), its module imported now: a run imports
+    only the methods its recipe names (and the CLI parses recipes before torch is imported)."""
+    module, _, name = type(entry).impl.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _user_method(m: UserMethodConfig, where: str) -> Method:
@@ -128,20 +44,16 @@ def _user_method(m: UserMethodConfig, where: str) -> Method:
     return method
 
 
-NEEDS_TRAINED = ("curriculum", "distill")  # builders that take `load_trained` (a reference or teacher run)
-
-
 def build_methods(cfg, extra=(), load_trained=None, read_ledger=None) -> Methods:
     """The config's methods (in order), then any passed by the Python API. `load_trained(path, device)`
     rebuilds a trained run's model (inference.load_trained) and `read_ledger(run)` reads its ledger.json
     (accounting.read_ledger: distill's teacher cost), handed in by whoever builds a run: the methods
     package sits below the code that rebuilds models with methods and below the accounting wing, so it
     imports neither."""
-    handed = {"curriculum": (load_trained,), "distill": (load_trained, read_ledger)}
-    built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig)
-             else BUILDERS[m.name](m, cfg, *handed[m.name]) if m.name in NEEDS_TRAINED else BUILDERS[m.name](m, cfg)
+    trained = TrainedRuns(load_trained, read_ledger)
+    built = [_user_method(m, f"methods.{i}") if isinstance(m, UserMethodConfig) else builtin_class(m)(m, cfg, trained)
              for i, m in enumerate(cfg.methods)]
     return Methods([*built, *extra])
 
 
-__all__ = ["Method", "Methods", "build_methods", "BUILDERS"]
+__all__ = ["Method", "Methods", "TrainedRuns", "build_methods", "builtin_class"]

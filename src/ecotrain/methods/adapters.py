@@ -155,7 +155,7 @@ def merge(model: nn.Module) -> nn.Module:
 
 
 class Adapters(Method):
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         _peft()  # the one line, before anything trains
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.adapters: not supported with distributed.strategy=fsdp; use ddp or one process")

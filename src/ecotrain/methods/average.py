@@ -79,7 +79,7 @@ def check_same_layout(new_state: Mapping[str, torch.Tensor], old_state: Mapping[
 
 
 class Average(Method):
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.average: not supported with distributed.strategy=fsdp (sharded "
                               "parameters); use ddp or one process")

@@ -22,11 +22,15 @@ A batch is whatever the data gives (batch.py); a method that reads `(x, y)` tens
 
 A method that needs per-step work (EMA's update) also overrides `Callback` hooks; `Methods.callbacks`
 puts it in the callback list, so it is called from the loop's own visible `cbs.on_step_end(state)`.
+
+Every built-in method is built as `Class(entry, run, trained)`: its own config section, the run's whole
+Config (None where it needs none) and a `TrainedRuns` (methods/__init__.py `build_methods`).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -35,6 +39,16 @@ from ecotrain.callbacks.base import HOOKS, Callback
 from ecotrain.errors import CheckpointError, ConfigError
 
 METHOD_HOOKS = ("transform", "param_groups", "prepare_batch", "loss_terms", "data", "train_mode", "eval_model", "finalize", "export")
+
+
+@dataclass(frozen=True)
+class TrainedRuns:
+    """How a method reads another trained run (curriculum's reference, distill's teacher), handed in by
+    whoever builds a run: the methods package sits below inference and the accounting wing, so it
+    imports neither. None: that method refuses (or notes) what it cannot read."""
+
+    load_trained: Optional[Callable] = None  # inference.load_trained(path, device): the run's model
+    read_ledger: Optional[Callable] = None  # accounting.read_ledger(run): its ledger.json
 
 
 class Method(Callback):

@@ -77,7 +77,7 @@ class RampSampler:
 class BatchRamp(Method):
     needs = ("schedule",)  # the LR is scaled through ecotrain's schedule (a user's own is refused: assemble)
 
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.loop.max_steps is None:
             raise ConfigError("methods.batch_ramp: set loop.max_steps (the ramp changes the number of steps an "
                               "epoch takes, so max_epochs alone cannot plan the schedule)")

@@ -157,8 +157,8 @@ def accuracy(model: nn.Module, source, batch_size: int, device, order: Optional[
 
 class BatchNormPolicy(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, strategy: str = "none"):
-        if strategy == "fsdp":
+    def __init__(self, cfg, run=None, trained=None):
+        if run is not None and run.distributed.strategy == "fsdp":
             raise ConfigError("methods.batchnorm: not supported with distributed.strategy=fsdp (sharded modules); "
                               "use ddp or one process")
         self.key, self.policy = "batchnorm", cfg.policy

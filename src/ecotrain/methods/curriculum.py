@@ -34,7 +34,7 @@ from ecotrain.flops import count_flops
 from ecotrain.data.sampler import EpochSampler
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.log import log
-from ecotrain.methods.base import Method
+from ecotrain.methods.base import Method, TrainedRuns
 from ecotrain.methods.sampling import generator
 from ecotrain.methods.selective import per_sample_loss
 from ecotrain.userpath import user_path
@@ -77,9 +77,9 @@ class CurriculumSampler:
 
 class Curriculum(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, load_trained=None):
+    def __init__(self, cfg, run=None, trained=None):
         self.key, self.cfg, self.epochs, self.window = "curriculum", cfg, cfg.epochs, cfg.window
-        self.load_trained = load_trained  # methods.build_methods: rebuilds the reference run's model
+        self.load_trained = (trained or TrainedRuns()).load_trained  # rebuilds the reference run's model
         self.scores: torch.Tensor | None = None
         self.source = None
         self.report: dict = {"score": cfg.score, "epochs": cfg.epochs}

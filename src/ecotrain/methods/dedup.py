@@ -84,7 +84,7 @@ def find_duplicates(source, near: bool, points: int, step: float) -> tuple[torch
 
 class Dedup(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg):
+    def __init__(self, cfg, run=None, trained=None):
         self.key, self.near, self.points, self.step = "dedup", cfg.near, cfg.points, cfg.step
         self.counts: dict = {}
         self.digest = ""

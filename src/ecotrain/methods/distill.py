@@ -41,7 +41,7 @@ from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
-from ecotrain.methods.base import Method
+from ecotrain.methods.base import Method, TrainedRuns
 from ecotrain.methods.kd import kd_loss
 from ecotrain.models import build_model
 from ecotrain.runfiles import CHECKPOINTS, LEDGER, RunFiles
@@ -90,10 +90,11 @@ def teacher_cost(path: Path, read_ledger) -> dict:
 
 class Distill(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, run, load_trained=None, read_ledger=None):
+    def __init__(self, cfg, run, trained=None):
         self.key = "distill"
-        self.load_trained = load_trained  # methods.build_methods: rebuilds a teacher run's model
-        self.read_ledger = read_ledger  # methods.build_methods: reads the teacher run's ledger.json
+        trained = trained or TrainedRuns()
+        self.load_trained = trained.load_trained  # rebuilds a teacher run's model
+        self.read_ledger = trained.read_ledger  # reads the teacher run's ledger.json
         self.cfg, self.alpha, self.temperature = cfg, cfg.alpha, cfg.temperature
         self.task_weight = 1.0 - cfg.alpha  # the Objective weights the task loss by this
         aug = run.data.augment

@@ -19,8 +19,8 @@ from ecotrain.methods.base import Method
 
 
 class EMA(Method):
-    def __init__(self, cfg, strategy: str = "none"):
-        if strategy == "fsdp":
+    def __init__(self, cfg, run=None, trained=None):
+        if run is not None and run.distributed.strategy == "fsdp":
             raise ConfigError("methods.ema: not supported with distributed.strategy=fsdp (sharded parameters); "
                               "use ddp or one process")
         self.key, self.decay, self.every, self.warmup = "ema", cfg.decay, cfg.every, cfg.warmup

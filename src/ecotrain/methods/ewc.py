@@ -90,7 +90,7 @@ def diagonal_fisher(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ki
 
 class EWC(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.ewc: not supported with distributed.strategy=fsdp (sharded parameters); "
                               "use ddp or one process")

@@ -36,8 +36,9 @@ def _some(names) -> str:
 
 
 class FineTune(Method):
-    def __init__(self, cfg, optim):
-        """`cfg`: the method's config (config.FinetuneConfig); `optim`: the run's OptimConfig (lr, weight_decay)."""
+    def __init__(self, cfg, run, trained=None):
+        """`cfg`: the method's config (config.FinetuneConfig); `run`: the run's Config (optim.lr, optim.weight_decay)."""
+        optim = run.optim
         self.key = "finetune"
         self.freeze, self.freeze_depth = list(cfg.freeze), cfg.freeze_depth
         self.lr_multipliers = dict(cfg.lr_multipliers)

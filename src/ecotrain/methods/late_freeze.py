@@ -50,7 +50,7 @@ def chosen(model: nn.Module, globs: list[str], depth: int) -> list[str]:
 
 
 class LateFreeze(Method):
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.distributed.strategy != "none":
             raise ConfigError("methods.late_freeze: not under torchrun (DDP/FSDP expect the same parameters to "
                               "have gradients every step); drop it or train in one process")

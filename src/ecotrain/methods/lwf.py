@@ -64,7 +64,7 @@ def load_teacher(student: torch.nn.Module, path: Path) -> torch.nn.Module:
 class LwF(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
     dicts = True  # ... or token batches: dicts of tensors with a per-token target
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.lwf: not supported with distributed.strategy=fsdp; use ddp or one process")
         self.key, self.cfg = "lwf", cfg

@@ -163,7 +163,7 @@ def _record(swaps: dict, old, new, fn) -> None:
 # -- the method -------------------------------------------------------------------------------
 class Prune(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         self.key, self.cfg = "prune", cfg
         self.structured = cfg.kind == "structured"
         others = {m.name for m in run.methods} & {"ema", "qat"}

@@ -76,7 +76,7 @@ def plain_tensors(sd: dict) -> dict:
 
 
 class QAT(Method):
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         self.key, self.cfg = "qat", cfg
         if run.distributed.strategy == "fsdp":
             raise ConfigError("methods.qat: not supported with distributed.strategy=fsdp; use ddp or one process")

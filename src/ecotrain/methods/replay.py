@@ -258,7 +258,7 @@ class Replay(Method):
     target = None  # a dict batch's target key (task.target), when the config names one
     tokens = False  # per-token targets (a language model): set from the data
 
-    def __init__(self, cfg, run):
+    def __init__(self, cfg, run, trained=None):
         if run.distributed.strategy != "none":
             raise ConfigError("methods.replay: one process only for now (its replay rows are a second forward "
                               "pass in the step); use distributed.strategy=none")

@@ -45,7 +45,7 @@ def resize(x: torch.Tensor, y: torch.Tensor, scale: float, mode: str):
 
 class ProgressiveResize(Method):
     needs = ("xy",)  # (x, y) tensor batches of a classification-like task (assemble.check_methods_fit)
-    def __init__(self, cfg):
+    def __init__(self, cfg, run=None, trained=None):
         self.key, self.scales, self.until, self.mode = "progressive_resize", list(cfg.scales), list(cfg.until), cfg.mode
         self.ends: list[int] = []
         self.model = None

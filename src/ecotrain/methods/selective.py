@@ -67,7 +67,7 @@ def top_fraction(losses: torch.Tensor, keep: float) -> torch.Tensor:
 
 
 class SelectiveBackprop(Method):
-    def __init__(self, cfg):
+    def __init__(self, cfg, run=None, trained=None):
         self.key, self.keep, self.start_step = "selective_backprop", cfg.keep, cfg.start_step
         self.samples = self.kept = 0  # this segment's and earlier ones' (state_dict)
 

@@ -29,7 +29,7 @@ def is_stable(values: list[float], tolerance: float) -> bool:
 
 
 class StabilityStop(Method):
-    def __init__(self, cfg):
+    def __init__(self, cfg, run=None, trained=None):
         self.key, self.monitor, self.window = "stability_stop", cfg.monitor, cfg.window
         self.tolerance, self.min_steps = cfg.tolerance, cfg.min_steps
         self.values: list[float] = []
