@@ -4,12 +4,12 @@ green/cli_green.py, which cli.py imports when the command runs."""
 
 from __future__ import annotations
 
+from ecotrain.command import Command
+
 FRESH_FROM = 10  # `--seeds-confirm 5` means seeds 10-14 (docs/evaluation.md: fresh seeds 10-14)
 
 
-def add_commands(sub) -> dict:
-    g = sub.add_parser("green", help="search the cheapest recipe whose validation accuracy stays within a tolerance "
-                       "of RECIPE's, then confirm it on fresh seeds (docs/green.md)")
+def _green(g) -> None:
     g.add_argument("recipe", help="the baseline recipe YAML")
     g.add_argument("overrides", nargs="*", help="dotted overrides of the baseline, e.g. ledger.energy=off")
     g.add_argument("--tolerance", type=float, default=0.01, help="largest allowed drop of the metric (default 0.01)")
@@ -49,7 +49,11 @@ def add_commands(sub) -> dict:
                    "on-demand (modelled; default 0.35)")
     g.add_argument("--preemptions-per-hour", type=float, default=0.2, help="the plan's spot preemption rate per "
                    "training hour (modelled; default 0.2); what one costs is measured on the search's runs")
-    return {"green": "ecotrain.green.cli_green:cmd_green"}  # command -> "module:function" (cli.py)
+
+
+GREEN = Command("green", "search the cheapest recipe whose validation accuracy stays within a tolerance of "
+                "RECIPE's, then confirm it on fresh seeds (docs/green.md)", _green, "ecotrain.green.cli_green:cmd_green",
+                trains=True)
 
 
 def confirm_seeds(text: str) -> str | None:
