@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 # (`memory.levers` is core, the rest of `memory` a wing; `cli_fit` a program through `cli`). A module may
 # import its own floor and the floors below it, never one above.
 FLOORS = {
-    0: ("errors", "log", "version", "units", "filelock", "fsnames", "startup", "runfiles", "command"),  # base
+    0: ("errors", "log", "version", "units", "filelock", "fsnames", "startup", "runfiles"),  # base
     1: ("batch", "task", "loop", "state", "objective", "precision", "checkpoint", "data", "callbacks", "config",  # core
         "rundir", "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss",
         "memory.optim_offload", "safeload", "tensorfile", "distributed", "optim", "seeding", "device", "models",

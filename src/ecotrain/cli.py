@@ -5,7 +5,6 @@ Every user error ends as one line `ecotrain: error: ...` and its exit code (see 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -33,12 +32,18 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every command of commands.COMMANDS with its help; its arguments, from its owner's module, only for
+    the command `argv` names (all of them without `argv`): `ecotrain --help` imports no command's module,
+    `ecotrain fit` only fit's."""
     p = argparse.ArgumentParser(prog="ecotrain", description="Train PyTorch models in production.")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:  # each owned by its feature's module (commands.py lists them)
-        command.add_arguments(sub.add_parser(command.name, help=command.help))
+    named = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for command in COMMANDS:
+        parser = sub.add_parser(command.name, help=command.help)
+        if argv is None or command.name == named:  # argv's first word: ecotrain's own flags take no value
+            command.add_arguments(parser)
     return p
 
 
@@ -66,8 +71,7 @@ def _dispatch(args) -> int:
     """Run the command's handler. Its module is imported here, the one place, and only now: the
     handlers' modules import torch at their top, and `ecotrain --help`, the parser and the signal
     handler must start without it (docs/architecture.md)."""
-    module, _, name = BY_NAME[args.command].run.partition(":")
-    handler = getattr(importlib.import_module(module), name)
+    handler = BY_NAME[args.command].handler()
     if args.command not in TRAINS:  # a training command's loop resumes the collector (startup.py)
         startup.resume()
     return handler(args, CommandContext(_PREEMPTION))
@@ -112,7 +116,7 @@ def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ECOTRAIN_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]  # a flag of every command: the full traceback on the terminal
-    parser = _parser()
+    parser = _parser(argv)
     args, rest = parser.parse_known_args(argv)
     # overrides may follow options (`fit R --run-dir D key=v`), which argparse leaves over
     if rest and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in rest):

@@ -11,7 +11,7 @@ from ecotrain.accounting import read_ledger
 from ecotrain.accounting.compare import compare, split_runs
 from ecotrain.accounting.report import format_ledger, restate
 from ecotrain.errors import ConfigError
-from ecotrain.report.build import DEFAULT_REGIONS, build_report
+from ecotrain.report import DEFAULT_REGIONS, build_report
 
 
 def cmd_ledger(args, ctx) -> int:

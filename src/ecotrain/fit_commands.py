@@ -1,13 +1,13 @@
-"""The parsers of the commands that train a recipe or continue a run: `fit` (cli_fit.py, cli_seeds.py)
-and `resume` (entry.resume_run). Argparse only, no torch (`ecotrain --help` imports this module)."""
+"""The arguments of the commands that train a recipe or continue a run: `fit` (cli_fit.py, cli_seeds.py)
+and `resume` (entry.resume_run). Argparse only, no torch: imported to parse its command, before torch
+(ecotrain/commands.py lists the commands)."""
 
 from __future__ import annotations
 
 from ecotrain.accounting.commands import COST_FIGURES
-from ecotrain.command import Command
 
 
-def _fit(f) -> None:
+def fit(f) -> None:
     f.add_argument("recipe", help="recipe YAML, e.g. recipes/mnist1d_cnn.yaml")
     f.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=3e-3 loop.max_epochs=5")
     f.add_argument("--run-dir", help="run folder (default runs/<recipe>-<timestamp>)")
@@ -41,13 +41,8 @@ def _fit(f) -> None:
                    "trains in the cleanest hours before it (carbon.deadline)")
 
 
-def _resume(r) -> None:
+def resume(r) -> None:
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", help="dotted overrides (need --allow-config-change)")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--allow-config-change", action="store_true")
-
-
-FIT = Command("fit", "train a recipe", _fit, "ecotrain.cli_fit:cmd_fit", trains=True)
-RESUME = Command("resume", "continue a run from its newest valid checkpoint", _resume,
-                 "ecotrain.cli_models:cmd_resume", trains=True)

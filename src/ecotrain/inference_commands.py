@@ -1,14 +1,14 @@
-"""The parsers of the commands that run a trained model: `eval` and `predict` (inference.py; a language
-model's continuations: export/generate.py; a registry's deployment: continual/serve.py). Argparse only,
-no torch (`ecotrain --help` imports this module); the handlers are in cli_models.py."""
+"""The arguments of the commands that run a trained model: `eval` and `predict` (inference.py; a language
+model's continuations: export/generate.py; a registry's deployment: continual/serve.py). Argparse only, no
+torch: imported to parse its command, before torch (ecotrain/commands.py lists the commands); the handlers
+are in cli_models.py."""
 
 from __future__ import annotations
 
-from ecotrain.command import Command
 from ecotrain.runfiles import TOKENIZER
 
 
-def _eval(ev) -> None:
+def evaluate(ev) -> None:
     ev.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; with --registry, a "
                     "version (`current`)")
     ev.add_argument("--data", nargs="+", default=[], metavar="FILE|KEY=VALUE", help="a .npz/.csv file and/or "
@@ -19,7 +19,7 @@ def _eval(ev) -> None:
     _serving(ev)
 
 
-def _predict(pr) -> None:
+def predict(pr) -> None:
     pr.add_argument("target", metavar="RUN_OR_CKPT", help="a run folder or a checkpoint folder; an exported .pt2 or "
                     ".onnx file (`ecotrain export`); with --registry, a version (`current`)")
     pr.add_argument("--data", nargs="+", default=[], metavar="FILE|KEY=VALUE", help="a .npz/.csv file (labels "
@@ -53,9 +53,3 @@ def _serving(p) -> None:
     p.add_argument("--domain", help="a model trained with batchnorm policy domain: that domain's BatchNorm "
                    "statistics for every sample (unknown: the pre-trained ones; default: the .npz's `domain` "
                    "column, else the run's own domain)")
-
-
-EVAL = Command("eval", "evaluate a trained model (run or checkpoint folder) in eval mode; prints and writes its "
-               "metrics (RUN/eval-<label>.json)", _eval, "ecotrain.cli_models:cmd_eval")
-PREDICT = Command("predict", "write a trained model's predictions with class probabilities (CSV); a language "
-                  "model's continuations of prompts (--prompt, docs/lm.md)", _predict, "ecotrain.cli_models:cmd_predict")

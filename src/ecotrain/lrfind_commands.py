@@ -1,12 +1,10 @@
-"""`ecotrain lr-find RECIPE`'s parser: argparse only, no torch (`ecotrain --help` imports this module);
-the range test is lrfind.py, imported when the command runs."""
+"""`ecotrain lr-find RECIPE`'s arguments. Argparse only, no torch: imported to parse the command, before
+torch (ecotrain/commands.py lists the commands); the range test is lrfind.py, imported when it runs."""
 
 from __future__ import annotations
 
-from ecotrain.command import Command
 
-
-def _lr_find(lr) -> None:
+def lr_find(lr) -> None:
     lr.add_argument("recipe")
     lr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=200")
     lr.add_argument("--steps", type=int, default=200, help="optimizer steps of the sweep (default 200)")
@@ -16,7 +14,3 @@ def _lr_find(lr) -> None:
     lr.add_argument("--diverge", type=float, default=4.0, help="stop once the smoothed loss exceeds this "
                     "times its minimum (default 4)")
     lr.add_argument("--out", help="plot path (default runs/<name>-lrfind.png; the curve beside it as .json)")
-
-
-LR_FIND = Command("lr-find", "LR range test: a plot and a suggested peak LR (writes no run folder)", _lr_find,
-                  "ecotrain.lrfind:cmd_lr_find")

@@ -1,12 +1,11 @@
-"""`ecotrain tokenize CORPUS --out DIR`'s parser: argparse only, no tokenizers or torch (`ecotrain --help`
-imports this module); the body is cli_tokenize.py (data/corpus.py), imported when the command runs."""
+"""`ecotrain tokenize CORPUS --out DIR`'s arguments. Argparse only, no tokenizers or torch: imported to
+parse the command (ecotrain/commands.py lists the commands); the body is cli_tokenize.py (data/corpus.py),
+imported when it runs."""
 
 from __future__ import annotations
 
-from ecotrain.command import Command
 
-
-def _tokenize(tk) -> None:
+def tokenize(tk) -> None:
     tk.add_argument("corpus", help="a text file (one document), a .jsonl file (a \"text\" per line) or a folder of them")
     tk.add_argument("--out", required=True, help="folder for the token files")
     tk.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size (default 4096)")
@@ -17,7 +16,3 @@ def _tokenize(tk) -> None:
                     "a model trained on another corpus, for `ecotrain update`)")
     tk.add_argument("--val-share", type=float, default=0.1, help="share of the documents for val.bin (default 0.1)")
     tk.add_argument("--test-share", type=float, default=0.0, help="share of the documents for test.bin (default 0)")
-
-
-TOKENIZE = Command("tokenize", "a text corpus into token files (train/val .bin, tokenizer.json, tokens.json) for "
-                   "data.name=tokens:DIR", _tokenize, "ecotrain.cli_tokenize:cmd_tokenize")

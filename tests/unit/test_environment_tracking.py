@@ -109,7 +109,7 @@ def test_a_tracker_chosen_but_not_installed_is_one_line(name, monkeypatch, tmp_p
 
 
 def test_plain_runs_and_the_report_module_import_no_tracker():
-    code = ("import sys, ecotrain.trainer, ecotrain.tracking, ecotrain.report.build, ecotrain.environment; "
+    code = ("import sys, ecotrain.trainer, ecotrain.tracking, ecotrain.report, ecotrain.environment; "
             "bad = [m for m in ('mlflow', 'tensorboard', 'torch.utils.tensorboard', 'matplotlib', 'selenium') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -1,20 +1,18 @@
-"""The parsers of the commands that read cost ledgers: `ledger` (report.py) and `compare` (compare.py;
-docs/evaluation.md). Argparse only, no torch (`ecotrain --help` imports this module); the handlers are
-in cli_records.py."""
+"""The arguments of the commands that read cost ledgers: `ledger` (report.py) and `compare` (compare.py;
+docs/evaluation.md). Argparse only, no torch: imported to parse its command, before torch
+(ecotrain/commands.py lists the commands); the handlers are in cli_records.py."""
 
 from __future__ import annotations
-
-from ecotrain.command import Command
 
 COST_FIGURES = ["flops", "cpu_seconds", "wall_seconds", "energy", "co2e", "cost"]  # --by of compare, fit, report
 
 
-def _ledger(lg) -> None:
+def ledger(lg) -> None:
     lg.add_argument("run_dir")
     lg.add_argument("--regions", help="comma-separated country codes, e.g. SE,FR,US,PL")
 
 
-def _compare(c) -> None:
+def compare(c) -> None:
     c.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE CANDIDATE; each may be a group file "
                    "(fit --seeds) or a comma list of run folders (seeds), e.g. a1,a2,a3 b1,b2,b3")
     c.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline run folders (instead of the positionals)")
@@ -26,10 +24,3 @@ def _compare(c) -> None:
     c.add_argument("--by", default="co2e", choices=COST_FIGURES,
                    help="the cost figure (default co2e); flops is counted, the others are measured")
     c.add_argument("--metric", default="test_accuracy", help="summary.json key (default test_accuracy)")
-
-
-LEDGER = Command("ledger", "print a run's cost ledger; --regions restates its CO2e on other grids", _ledger,
-                 "ecotrain.cli_records:cmd_ledger")
-COMPARE = Command("compare", "baseline vs candidate runs (seed groups): means with 95%% intervals and a verdict "
-                  "(exit 0 PASS, 1 FAIL or INCONCLUSIVE; docs/evaluation.md)", _compare,
-                  "ecotrain.cli_records:cmd_compare")

@@ -1,12 +1,11 @@
-"""The parsers of the commands that ship a run: `export` (cli_export.py; docs/export.md) and `card` (card.py).
-Argparse only, no torch (`ecotrain --help` imports this module)."""
+"""The arguments of the commands that ship a run: `export` (cli_export.py; docs/export.md) and `card`
+(card.py). Argparse only, no torch: imported to parse its command, before torch (ecotrain/commands.py
+lists the commands)."""
 
 from __future__ import annotations
 
-from ecotrain.command import Command
 
-
-def _export(ex) -> None:
+def export(ex) -> None:
     ex.add_argument("run", metavar="RUN", help="a run folder, or a seed group's RUN-group.json (the seed with the best "
                     "validation figure ships)")
     ex.add_argument("--format", choices=["pt2", "onnx"], default="pt2", help="pt2: torch.export.save (default); "
@@ -20,13 +19,6 @@ def _export(ex) -> None:
     ex.add_argument("--no-card", action="store_true", help="do not write README.md beside the export")
 
 
-def _card(cd) -> None:
+def card(cd) -> None:
     cd.add_argument("run", metavar="RUN", help="a run folder, or a seed group's RUN-group.json")
     cd.add_argument("--out", help="the card (default RUN/README.md; a README.md not written by ecotrain is refused)")
-
-
-EXPORT = Command("export", "trace a run's weights with torch.export (.pt2) or to ONNX, check it against the eager "
-                 "model on the test split (export.json) and write the model card (docs/export.md)", _export,
-                 "ecotrain.export.cli_export:cmd_export")
-CARD = Command("card", "write a Hugging Face model card (README.md): test metrics, how the model was chosen, the "
-               "data, co2_eq_emissions from the ledger", _card, "ecotrain.export.card:cmd_card")  # reads finished runs: no torch

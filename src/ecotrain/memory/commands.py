@@ -1,13 +1,11 @@
-"""`ecotrain plan RECIPE`'s parser (docs/memory.md): argparse only, no torch (`ecotrain --help` imports
-this module). The body, the estimate and the measured search (estimate.py, measure.py, planner.py), runs
-from cli_models.cmd_plan."""
+"""`ecotrain plan RECIPE`'s arguments (docs/memory.md). Argparse only, no torch: imported to parse the
+command, before torch (ecotrain/commands.py lists the commands). The body, the estimate and the measured
+search (estimate.py, measure.py, planner.py), runs from cli_models.cmd_plan."""
 
 from __future__ import annotations
 
-from ecotrain.command import Command
 
-
-def _plan(pl) -> None:
+def plan(pl) -> None:
     pl.add_argument("recipe")
     pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=4")
     pl.add_argument("--budget", metavar="BYTES", help="measure plans (recompute, offload, chunked loss, optimizer offload, micro-batches) for this much "
@@ -19,7 +17,3 @@ def _plan(pl) -> None:
                          "real training steps in a fresh process, on CPU too (there: its peak RSS, interpreter "
                          "included); the default on CUDA")
     measure.add_argument("--no-measure", dest="measure", action="store_false", help="on CUDA: the estimate only")
-
-
-PLAN = Command("plan", "print the memory a recipe needs (parameters, gradients, optimizer, activations)", _plan,
-               "ecotrain.cli_models:cmd_plan")

@@ -1,14 +1,13 @@
-"""The parsers of the commands that report on finished runs: `report` (build.py; docs/report.md) and
-`bn-report` (methods/batchnorm.py's report). Argparse only, no torch (`ecotrain --help` imports this
-module); the handlers are in cli_records.py and cli_models.py."""
+"""The arguments of the commands that report on finished runs: `report` (__init__.py; docs/report.md) and
+`bn-report` (methods/batchnorm.py's report). Argparse only, no torch: imported to parse its command, before
+torch (ecotrain/commands.py lists the commands); the handlers are in cli_records.py and cli_models.py."""
 
 from __future__ import annotations
 
 from ecotrain.accounting.commands import COST_FIGURES
-from ecotrain.command import Command
 
 
-def _report(rp) -> None:
+def report(rp) -> None:
     rp.add_argument("runs", nargs="+", metavar="RUN", help="run folders; a comma list is one group (seeds); with "
                     "two or more groups, each is compared with the first")
     rp.add_argument("--out", help="the HTML file (default RUN/report.html for one run, ./report.html for several)")
@@ -19,11 +18,5 @@ def _report(rp) -> None:
     rp.add_argument("--min-cost-cut", type=float, default=0.5)
 
 
-def _bn_report(bn) -> None:
+def bn_report(bn) -> None:
     bn.add_argument("run_dir")
-
-
-REPORT = Command("report", "write report.html: learning curves, a fit diagnosis, cost, environment; several runs: "
-                 "comparison and verdict", _report, "ecotrain.cli_records:cmd_report")
-BN_REPORT = Command("bn-report", "print a run's BatchNorm report (methods: [{name: batchnorm}])", _bn_report,
-                    "ecotrain.cli_models:cmd_bn_report")
