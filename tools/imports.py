@@ -32,9 +32,11 @@ FLOORS = {
         "continual.update", "continual.lm",  # `ecotrain update` (a classifier's, a language model's): train, gate, register
         "green.search", "green.confirm",  # `ecotrain green`: the study's trials, the fresh-seed confirmation groups
         "speech.feedback", "speech.rounds"),  # `ecotrain speech-feedback`: the base, the rounds and their strategies
-    5: ("cli", "cli_fit", "cli_models", "cli_records", "cli_seeds", "__main__", "memory.worker", "continual.commands",
-        "continual.cli_continual", "green.commands", "green.cli_green", "speech.commands", "speech.cli_speech",
-        "export.cli_export"),  # programs
+    5: ("cli", "cli_fit", "cli_models", "cli_records", "cli_seeds", "__main__", "memory.worker",
+        "commands", "accounting.commands", "continual.commands", "export.commands", "green.commands",  # parsers
+        "memory.commands", "report.commands", "speech.commands", "fit_commands", "inference_commands",
+        "lrfind_commands", "tokenize_commands",
+        "continual.cli_continual", "green.cli_green", "speech.cli_speech", "export.cli_export"),  # programs
 }
 NAMES = {0: "base", 1: "core", 2: "methods", 3: "wings", 4: "assembly", 5: "programs"}
 CORE = FLOORS[0] + FLOORS[1]  # the check test_layers.py has always made: the core imports no wing (or above)

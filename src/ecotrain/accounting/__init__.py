@@ -6,13 +6,14 @@ device-hours and their price; budget.py limits and the forecast; ledger.py the c
 them together; report.py reads, prints and restates ledgers; compare.py compares runs.
 """
 
-from ecotrain.accounting.report import read_ledger, summary_line, write_ledger
-
 __all__ = ["Ledger", "read_ledger", "summary_line", "write_ledger"]
 
 
-def __getattr__(name: str):  # the Ledger imports torch; readers of finished runs (report, compare) need none
-    if name == "Ledger":
+def __getattr__(name: str):  # the Ledger imports torch; readers of finished runs (report, compare) need none,
+    if name == "Ledger":  # and `ecotrain --help` (accounting/commands.py) not even the ledger's reader
         from ecotrain.accounting.ledger import Ledger
         return Ledger
+    if name in ("read_ledger", "summary_line", "write_ledger"):
+        from ecotrain.accounting import report
+        return getattr(report, name)
     raise AttributeError(name)

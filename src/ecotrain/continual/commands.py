@@ -1,14 +1,14 @@
-"""The parsers of continual updates' commands: update, versions, promote, rollback, review-queue
-(docs/updates.md). Argparse only, no torch (`ecotrain --help` imports this module); the bodies are in
-continual/cli_continual.py, which cli.py imports when one of the commands runs."""
+"""The arguments of continual updates' commands: update, versions, promote, rollback, review-queue
+(docs/updates.md). Argparse only, no torch: imported to parse its command, before torch
+(ecotrain/commands.py lists the commands); the bodies are in continual/cli_continual.py, imported when
+one of the commands runs."""
 
 from __future__ import annotations
 
 REGISTRY_HELP = "the registry: a folder (default ./registry), or mlflow:TRACKING_URI[#MODEL] (MLflow's Model Registry)"
 
 
-def add_commands(sub) -> dict:
-    u = sub.add_parser("update", help="train a new version from BASE on NEW_DATA, gate it, promote or reject it")
+def update(u) -> None:
     u.add_argument("base", metavar="BASE_VERSION", help="a version name (v0002), `current`, or a finished run folder "
                    "(registered first when the registry is empty)")
     u.add_argument("data", metavar="NEW_DATA", help=".npz: x, y [, x_test, y_test, cohort, cohort_test]; a language "
@@ -38,29 +38,31 @@ def add_commands(sub) -> dict:
     u.add_argument("--drift-ece", type=float, default=0.15, help="alert threshold")
     u.add_argument("--drift-cohort-error", type=float, default=0.5, help="alert threshold, per cohort")
     u.add_argument("--progress", action="store_true", help="show the training progress")
-    v = sub.add_parser("versions", help="list the registry's versions; `versions add RUN` registers a finished run; "
-                       "`versions show V` prints a version's metrics")
+
+
+def versions(v) -> None:
     v.add_argument("action", nargs="?", choices=["list", "add", "show"], default="list")
     v.add_argument("target", nargs="?", metavar="RUN|VERSION")
     v.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     v.add_argument("--data", help="add: the .npz whose test split (or whole) is the version's evaluation slice "
                    "(default: the run's test split)")
     v.add_argument("--slice", dest="slice_name", help="add: the slice's name (default the file stem, or `base`)")
-    p = sub.add_parser("promote", help="make a version current (also one the gate rejected)")
+
+
+def promote(p) -> None:
     p.add_argument("version")
     p.add_argument("--registry", default="registry", help=REGISTRY_HELP)
-    r = sub.add_parser("rollback", help="make the previously current version current again")
+
+
+def rollback(r) -> None:
     r.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     r.add_argument("--cohort", help="roll back this cohort's version instead (to its previous one, or the base)")
-    q = sub.add_parser("review-queue", help="the lowest-confidence and most-contradicted examples, for review")
+
+
+def review_queue(q) -> None:
     q.add_argument("target", metavar="VERSION_OR_RUN", help="a version name, `current`, or a run/checkpoint folder")
     q.add_argument("data", metavar="DATA", help=".npz: x (and y for contradictions)")
     q.add_argument("--out", required=True, help="review.csv or review.json")
     q.add_argument("--top", type=int, default=50, help="how many of each kind (default 50)")
     q.add_argument("--registry", default="registry", help=REGISTRY_HELP)
     q.add_argument("--label-map", help="as for update")
-    return {"update": "ecotrain.continual.cli_continual:cmd_update",  # command -> "module:function" (cli.py)
-            "versions": "ecotrain.continual.cli_continual:cmd_versions",
-            "promote": "ecotrain.continual.cli_continual:cmd_promote",
-            "rollback": "ecotrain.continual.cli_continual:cmd_rollback",
-            "review-queue": "ecotrain.continual.cli_continual:cmd_review_queue"}

@@ -1,15 +1,13 @@
-"""`ecotrain green RECIPE`'s parser (docs/green.md): argparse only, no torch (`ecotrain --help` imports
-this module). The body, search, choice on validation, confirmation on fresh seeds and what it cost, is
-green/cli_green.py, which cli.py imports when the command runs."""
+"""`ecotrain green RECIPE`'s arguments (docs/green.md). Argparse only, no torch: imported to parse the
+command, before torch (ecotrain/commands.py lists the commands). The body, search, choice on validation,
+confirmation on fresh seeds and what it cost, is green/cli_green.py, imported when the command runs."""
 
 from __future__ import annotations
 
 FRESH_FROM = 10  # `--seeds-confirm 5` means seeds 10-14 (docs/evaluation.md: fresh seeds 10-14)
 
 
-def add_commands(sub) -> dict:
-    g = sub.add_parser("green", help="search the cheapest recipe whose validation accuracy stays within a tolerance "
-                       "of RECIPE's, then confirm it on fresh seeds (docs/green.md)")
+def green(g) -> None:
     g.add_argument("recipe", help="the baseline recipe YAML")
     g.add_argument("overrides", nargs="*", help="dotted overrides of the baseline, e.g. ledger.energy=off")
     g.add_argument("--tolerance", type=float, default=0.01, help="largest allowed drop of the metric (default 0.01)")
@@ -49,7 +47,6 @@ def add_commands(sub) -> dict:
                    "on-demand (modelled; default 0.35)")
     g.add_argument("--preemptions-per-hour", type=float, default=0.2, help="the plan's spot preemption rate per "
                    "training hour (modelled; default 0.2); what one costs is measured on the search's runs")
-    return {"green": "ecotrain.green.cli_green:cmd_green"}  # command -> "module:function" (cli.py)
 
 
 def confirm_seeds(text: str) -> str | None:
