@@ -151,3 +151,13 @@ def test_a_damaged_study_is_one_line_before_anything_trains(tmp_path):
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(ConfigError, match="dir.db: not a file"):
         check_study(tmp_path / "dir.db")
+
+
+def test_a_measured_search_spends_its_budget_in_what_it_measured():
+    from ecotrain.green.search import Row, Search
+
+    s = Search(baseline={"val": 0.9, "cost": 2.0, "flops": 10.0, "samples": 100})
+    s.rows.append(Row(0, "complete", {"batch": 500}, [], cost=0.5, flops=10.0))  # as many FLOPs, a quarter the energy
+    s.probes.append({"run": "p", "cost": 0.3, "flops": 1.0})
+    assert s.spent_runs(True) == pytest.approx((2.0 + 0.5 + 0.3) / 2.0)
+    assert s.spent_runs(False) == pytest.approx((10.0 + 10.0 + 1.0) / 10.0)

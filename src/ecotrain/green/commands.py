@@ -13,8 +13,8 @@ def green(g) -> None:
     g.add_argument("--tolerance", type=float, default=0.01, help="largest allowed drop of the metric (default 0.01)")
     g.add_argument("--margin", type=float, help="the search keeps the validation deficit within tolerance - margin "
                    "on the design seed (default: half the tolerance; the fresh seeds judge the tolerance itself)")
-    g.add_argument("--budget-runs", type=float, default=6.0, help="the search's cost cap, in baseline runs, the "
-                   "baseline's own run included (default 6)")
+    g.add_argument("--budget-runs", type=float, default=6.0, help="the search's cost cap, in baseline runs of the "
+                   "--by figure, the baseline's own run included (default 6)")
     g.add_argument("--trials", type=int, default=12, help="trials that train, at most (default 12)")
     g.add_argument("--seeds-confirm", default="5", metavar="N|SEEDS", help="fresh seeds for the confirmation: a count "
                    f"(5: seeds {FRESH_FROM}-{FRESH_FROM + 4}) or a list (10-14); 0: no confirmation")

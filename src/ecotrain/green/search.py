@@ -143,6 +143,11 @@ class Search:
         return (self.baseline["flops"] + sum(r.flops or 0.0 for r in self.rows) + sum(c["flops"] for c in self.checks)
                 + sum(p["flops"] for p in self.probes))
 
+    def spent_runs(self, measured: bool) -> float:
+        """What the search has spent, in baseline runs: of the measured `by` figure for a measured search
+        (a trial of larger batches costs what it measured, not its FLOPs), of FLOPs otherwise."""
+        return self.spent / self.baseline["cost"] if measured else self.spent_flops / self.baseline["flops"]
+
     @property
     def spent(self) -> float:
         """The search's cost in the `by` figure: the baseline's run, every trial, check run and probe."""
@@ -364,8 +369,10 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         raise ConfigError(f"{opts.out / 'study.db'}: not a study this search can continue "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}); move it "
                           "away, or choose another --out") from None
-    # the trials' share of the budget: the rest is the baseline's run and the check on more design seeds
-    budget = (opts.budget_runs - CHECK_RESERVE * len(opts.check_seeds)) * base["flops"]
+    # the trials' share of the budget, in baseline runs: the rest is the baseline's run and the check on more
+    # design seeds
+    budget = opts.budget_runs - CHECK_RESERVE * len(opts.check_seeds)
+    measured = opts.by != "flops"
     number = 0
     while True:
         done = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -377,7 +384,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             number += 1
             continue
         if number not in done and (trained >= opts.trials or number >= 3 * opts.trials
-                                   or search.spent_flops >= budget):
+                                   or search.spent_runs(measured) >= budget):
             break
         reported: tuple = ()
         if number in done:  # left RUNNING by a killed try: continue it, same number, same values
@@ -392,7 +399,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         row = Row(number, "", params, overrides)
         predicted, cheapest = predict(opts, search, params, base_cfg.data.batch_size)
         best = min((r.ratio for r in search.rows if r.feasible), default=None)
-        if predicted is not None and opts.by == "flops" and search.spent_flops + predicted * base["flops"] > budget:
+        if predicted is not None and not measured and search.spent_runs(measured) + predicted > budget:
             trial.set_user_attr("stop", "budget")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             log.info(f"trial {number}: stop: {params} would pass the budget of {opts.budget_runs:g} baseline runs")
@@ -465,10 +472,11 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
         return feasible[0] if feasible else None
     sign = 1.0 if higher_is_better(opts.metric) else -1.0
     base_val = {}
-    budget = opts.budget_runs * search.baseline["flops"]
+    measured = opts.by != "flops"
     for row in feasible[:opts.check_top]:
-        ahead = len(opts.check_seeds) * ((row.flops or 0.0) + (0.0 if base_val else search.baseline["flops"]))
-        if search.spent_flops + ahead > budget * (1 + 1e-9):
+        runs = (row.cost or 0.0) / search.baseline["cost"] if measured else (row.flops or 0.0) / search.baseline["flops"]
+        ahead = len(opts.check_seeds) * (runs + (0.0 if base_val else 1.0))
+        if search.spent_runs(measured) + ahead > opts.budget_runs * (1 + 1e-9):
             log.info(f"trial {row.number}: not checked: it would pass the budget of {opts.budget_runs:g} baseline runs")
             break
         deficits = [row.deficit]
