@@ -1,0 +1,127 @@
+"""memory.budget's strategy lever (memory/shard.py): which strategies a budget measures, the plans that
+combine them with the other levers, the choice over every strategy's search, the record and the
+measuring group's environment. The searches run on tables of measured peaks (as tests/unit/test_memplan.py);
+the real measurement by 2 processes under torchrun is tests/distributed/test_budget_shard.py."""
+
+import json
+
+import pytest
+
+from ecotrain.config import Config, load_config
+from ecotrain.errors import ConfigError
+from ecotrain.memory.planner import (Baseline, Candidate, Measured, applied, candidates, format_search, from_record,
+                                     none_fits_line, search)
+from ecotrain.memory.shard import configured, group_env, search_strategies, strategies_for
+
+MiB = 2**20
+
+
+def cfg_of(**memory):
+    return Config.model_validate({"memory": {"budget": "1GiB", **memory}, "data": {"batch_size": 16},
+                                  "distributed": {"strategy": "ddp"}})
+
+
+def test_strategies_measured_per_world_size_lever_and_resume():
+    cfg = cfg_of()
+    assert strategies_for(cfg, 1) == [None]  # one process: no strategy, as before
+    assert strategies_for(cfg, 2) == ["ddp", "zero2", "fsdp"]  # `shard` is a default lever
+    assert strategies_for(cfg, 2, pinned="fsdp") == ["fsdp"]  # a resume keeps its checkpoints' format
+    fixed = cfg_of(budget_levers=["checkpoint", "micro_batches"])
+    assert strategies_for(fixed, 4) == ["ddp"]  # without the lever: the configured strategy alone
+    zero2 = Config.model_validate({"memory": {"budget": "1GiB", "budget_levers": ["checkpoint"]},
+                                   "distributed": {"strategy": "zero2"}})
+    assert configured(zero2) == "zero2" and strategies_for(zero2, 2) == ["zero2"]
+    with pytest.raises(ConfigError, match="budget_levers"):
+        load_config(None, ["memory.budget_levers=[checkpoint,sharding]"])
+
+
+def test_plans_combine_the_levers_with_the_strategy_and_cut_each_rank_s_share():
+    one = candidates(2, False, 16, 1, 1, "fp32", False, eval_default=64)
+    two = candidates(2, False, 16, 1, 1, "fp32", False, eval_default=64, strategy="zero2", ranks=2)
+    # the same levers; micro-batches cut a rank's 8 samples (1, 2, 4, 8), not the step's 16 (..., 16)
+    assert {c.micro_batches for c in one} == {1, 2, 4, 8, 16} and {c.micro_batches for c in two} == {1, 2, 4, 8}
+    assert {(c.strategy, c.ranks) for c in two} == {("zero2", 2)} and two[0].eval_batch == 8
+    c = next(c for c in two if c.checkpointing == "all" and c.micro_batches == 2 and c.offload == "off")
+    assert c.key == "all/2/fp32/zero2" and c.key not in {x.key for x in one}
+    assert c.describe(16) == "checkpointing every block, 2 micro-batches of 4 per rank, fp32, ZeRO-2 over 2 ranks"
+    assert one[0].describe(16) == "no checkpointing, 1 micro-batch of 16, fp32"  # one process: as before
+    fsdp = next(x for x in candidates(2, False, 16, 1, 1, "fp32", False, strategy="fsdp", ranks=2) if x.key == "off/1/fp32/fsdp")
+    assert c.family != Candidate("all", 2, "fp32", 2, strategy="fsdp", ranks=2).family  # errs per strategy
+    cfg = cfg_of()
+    z, f = applied(cfg, c), applied(cfg, fsdp)
+    d = applied(applied(cfg, fsdp), Candidate("off", 1, "fp32", strategy="ddp", ranks=2))
+    assert (z.distributed.strategy, z.distributed.fsdp.reshard_after_forward) == ("fsdp", False)  # zero2
+    assert (f.distributed.strategy, f.distributed.fsdp.reshard_after_forward) == ("fsdp", True)
+    assert d.distributed.strategy == "ddp" and z.memory.activation_checkpointing == "all"
+    assert applied(cfg, one[0]).distributed.strategy == "ddp"  # no strategy in the plan: the configured one
+
+
+# per strategy: (peak MiB, s/step) of each plan a table search may measure; 2 blocks, micro 1 and 2
+PEAKS = {"ddp": {"off": 1000, "every_n:2": 940, "all": 900}, "zero2": {"off": 760, "every_n:2": 700, "all": 660},
+         "fsdp": {"off": 620, "every_n:2": 560, "all": 520}}
+COST = {"ddp": 1.0, "zero2": 1.05, "fsdp": 1.3}
+
+
+def table_search(budget_mib, refuse=()):
+    calls = []
+
+    def one(strategy, closest):
+        if strategy in refuse:
+            raise ConfigError(f"methods.ema: not supported with distributed.strategy={strategy}")
+        cands = [c for c in candidates(2, False, 4, 1, 1, "fp32", False, ["checkpoint", "micro_batches"],
+                                       strategy=strategy, ranks=2) if c.micro_batches <= 2]
+
+        def measure(c, first):
+            calls.append(c.key)
+            peak = PEAKS[strategy][c.checkpointing] - 20 * (c.micro_batches - 1)
+            m = Measured(c, peak * MiB, COST[strategy] * (1 + 0.2 * c.n_checkpointed + 0.05 * c.micro_batches))
+            est = {x.key: (PEAKS[strategy][x.checkpointing] - 20 * (x.micro_batches - 1) - 400) * MiB for x in cands}
+            return (m, Baseline(400 * MiB, 400 * MiB, 200 * MiB, est, 2, 100 * MiB)) if first else m
+
+        return search(cands[0], lambda info: cands, budget_mib * MiB, 0.05, measure, 4, closest)
+
+    return search_strategies(["ddp", "zero2", "fsdp"], "ddp", one), calls
+
+
+def test_a_budget_ddp_meets_stops_at_ddp():
+    s, calls = table_search(2000)
+    assert calls == ["off/1/fp32/ddp"] and s.chosen.candidate.strategy == "ddp"
+
+
+def test_sharding_wins_over_recompute_when_it_is_faster_and_stops_once_a_baseline_fits():
+    s, calls = table_search(850)  # usable 807.5 MiB: every DDP plan is over, ZeRO-2's baseline (760) fits
+    assert calls[0] == "off/1/fp32/ddp" and calls[-1] == "off/1/fp32/zero2"
+    assert not any(k.endswith("/fsdp") for k in calls)  # ZeRO-2's least constrained plan fits: FSDP only costs more
+    assert s.chosen.candidate.key == "off/1/fp32/zero2" and s.ranks == 2
+    text = format_search(s, 4)
+    assert "pick: no checkpointing, 1 micro-batch of 2 per rank, fp32, ZeRO-2 over 2 ranks" in text
+    assert "runner-up:" in text and "DDP over 2 ranks" in text.split("runner-up:")[1]
+    back = from_record(json.loads(json.dumps(s.record(4))))
+    assert back.chosen.candidate == s.chosen.candidate and back.ranks == 2
+    assert back.chosen.candidate.strategy == "zero2" and back.chosen.candidate.ranks == 2
+
+
+def test_recompute_within_a_cheaper_strategy_beats_a_slower_one():
+    # usable 731.5 MiB: ZeRO-2 fits with checkpointing (700, 1.05 x 1.25), FSDP's baseline (620) costs 1.3 x 1.05
+    s, calls = table_search(770)
+    assert any(k.endswith("/fsdp") for k in calls)  # ZeRO-2's baseline did not fit: FSDP is measured too
+    assert s.chosen.candidate.strategy == "zero2" and s.chosen.candidate.checkpointing != "off"
+
+
+def test_a_strategy_the_config_refuses_is_left_out_and_none_fits_says_what_next():
+    s, calls = table_search(850, refuse=("zero2",))
+    assert not any(k.endswith("/zero2") for k in calls) and s.chosen.candidate.key == "off/1/fp32/fsdp"
+    with pytest.raises(ConfigError, match="ddp"):
+        table_search(850, refuse=("ddp",))  # the configured strategy's refusal is the user's error
+    s, calls = table_search(400)
+    assert s.chosen is None and calls[-1] == "all/2/fp32/fsdp"  # only the last search measures its most frugal plan
+    line = none_fits_line(s, 4)
+    assert "\n" not in line and "FSDP over 2 ranks" in line and "more ranks than 2" in line
+
+
+def test_the_measuring_group_is_not_torchrun_s():
+    env = {"PATH": "/bin", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2",
+           "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "3", "MASTER_PORT": "29500"}
+    out = group_env(env, 1, 2, 41000)
+    assert out == {"PATH": "/bin", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41000"}
