@@ -37,6 +37,7 @@ import torch
 from ecotrain.data import load_data
 from ecotrain.memory import planner, shard
 from ecotrain.device import host_peak_rss
+from ecotrain.distributed import under_torchrun
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.log import log
 from ecotrain.memory.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
@@ -76,7 +77,8 @@ class JobResult:
 
 def run_job(job: dict, ranks: int = 1) -> JobResult:
     """The worker on `job` ({"config", "micro_batches", "estimate", "usable"}) in a fresh process, or
-    in `ranks` fresh processes that form a process group (under torchrun: shard.group_env)."""
+    in `ranks` fresh processes that form a process group of their own (shard.group_env): always under
+    torchrun, whose environment names the job's own group."""
     tmp = Path(tempfile.mkdtemp(prefix="ecotrain-memplan-"))
     # the worker watches this pipe: killed here, this process cannot remove `tmp`, the worker does (orphans.py)
     watch, held = parent_pipe()
@@ -85,7 +87,7 @@ def run_job(job: dict, ranks: int = 1) -> JobResult:
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         cmd = [sys.executable, "-m", "ecotrain.memory.worker", str(tmp), str(watch)]
         t0 = time.perf_counter()
-        if ranks == 1:
+        if ranks == 1 and not under_torchrun():
             r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, pass_fds=(watch,))
             runs = [(r.returncode, r.stdout, r.stderr)]
         else:
@@ -182,11 +184,11 @@ def measure(cfg, c: Candidate, first: bool):
                        out["n_blocks"], out.get("optim_bytes", 0), out.get("chunkable", False))
 
 
-def measure_config(cfg) -> JobResult:
+def measure_config(cfg, ranks: int = 1) -> JobResult:
     """`memory.search_steps` training steps of `cfg` exactly as configured (its checkpointing,
-    accumulation, precision, device) in a fresh process: `ecotrain plan`'s measured peak."""
+    accumulation, precision, device) in a fresh process (`ranks` of them): `ecotrain plan`'s measured peak."""
     return run_job({"config": _job_config(cfg), "micro_batches": cfg.loop.accumulate, "candidate": "as configured",
-                    "estimate": None, "usable": float("inf"), "eval_batches": 0})
+                    "estimate": None, "usable": float("inf"), "eval_batches": 0}, ranks)
 
 
 def peak_rss() -> int:
