@@ -6,12 +6,13 @@ the real measurement by 2 processes under torchrun is tests/distributed/test_bud
 import json
 
 import pytest
+from torch import nn
 
 from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError
 from ecotrain.memory.planner import (Baseline, Candidate, Measured, applied, candidates, format_search, from_record,
-                                     none_fits_line, search)
-from ecotrain.memory.shard import configured, group_env, search_strategies, strategies_for
+                                     none_fits_line, predict, search)
+from ecotrain.memory.shard import configured, group_env, search_strategies, strategies_for, strategy_bytes
 
 MiB = 2**20
 
@@ -125,3 +126,21 @@ def test_the_measuring_group_is_not_torchrun_s():
     out = group_env(env, 1, 2, 41000)
     assert out == {"PATH": "/bin", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41000"}
+
+
+def test_what_a_strategy_holds_is_kept_out_of_the_activations_scale():
+    # ZeRO-2's baseline: 400 MiB of process, 200 of its state shards, 300 of gathered parameters, 100 of activations
+    info = Baseline(400 * MiB, 400 * MiB, 200 * MiB, {"off/1/fp32/zero2": 50 * MiB, "off/2/fp32/zero2": 25 * MiB}, 0,
+                    strategy_bytes=300 * MiB)
+    base = Measured(Candidate("off", 1, "fp32", strategy="zero2", ranks=2), 1000 * MiB, 1.0)
+    # half the activations at 2 micro-batches: 50 MiB less, not half of everything over the model state
+    assert predict(base, info, Candidate("off", 2, "fp32", strategy="zero2", ranks=2)) == 950 * MiB
+
+
+def test_each_strategy_s_holdings_from_the_model():
+    model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4))  # blocks of 144 and 68 parameters, fp32
+    model[1].bias.requires_grad_(False)
+    assert strategy_bytes(model, None) == 0
+    assert strategy_bytes(model, "ddp") == (144 + 64) * 4  # the gradient buckets: trainable parameters only
+    assert strategy_bytes(model, "zero2") == (212 + 144) * 4  # all parameters gathered, one block's gradients
+    assert strategy_bytes(model, "fsdp") == 3 * 144 * 4  # the root holds none of its own here

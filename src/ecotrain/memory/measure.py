@@ -181,7 +181,8 @@ def measure(cfg, c: Candidate, first: bool):
     if not first:
         return m
     return m, Baseline(out["start_bytes"], out["start_peak_bytes"], out["state_bytes"], out["activations"],
-                       out["n_blocks"], out.get("optim_bytes", 0), out.get("chunkable", False))
+                       out["n_blocks"], out.get("optim_bytes", 0), out.get("chunkable", False),
+                       out.get("strategy_bytes", 0))
 
 
 def measure_config(cfg, ranks: int = 1) -> JobResult:

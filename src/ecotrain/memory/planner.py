@@ -237,12 +237,14 @@ class Baseline:
     n_blocks: int = 0  # the model's repeated blocks (memory.find_blocks)
     optim_bytes: int = 0  # the optimizer state's share of state_bytes (what optimizer offload moves out)
     chunkable: bool = False  # the chunked loss applies (an LM head, ecotrain's cross-entropy: chunked_loss.applies)
+    strategy_bytes: int = 0  # under torchrun: what the strategy holds besides the model state (shard.strategy_bytes)
 
 
 def held(info: Baseline, c: Candidate) -> int:
-    """The bytes a plan holds through forward and backward besides activations: the process and the
-    model state, less the optimizer state when it is offloaded."""
-    return info.start_bytes + info.state_bytes - (info.optim_bytes if c.optim_offload else 0)
+    """The bytes a plan holds through forward and backward besides activations: the process, the
+    model state (this rank's) and what its strategy holds (buckets, gathered parameters), less the
+    optimizer state when it is offloaded."""
+    return info.start_bytes + info.state_bytes + info.strategy_bytes - (info.optim_bytes if c.optim_offload else 0)
 
 
 def predict(base: Measured, info: Baseline, c: Candidate) -> Optional[int]:
@@ -337,7 +339,7 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
     cands = expand(info)
     measured, done = [base], {base.candidate.key}
     raw = {c.key: predict(base, info, c) for c in cands}
-    fixed = info.start_bytes + info.state_bytes
+    fixed = info.start_bytes + info.state_bytes + info.strategy_bytes
     predicted = raw
     if not fits(base, usable):
         nxt: list = []

@@ -21,6 +21,9 @@ import os
 import socket
 from typing import Callable, Optional, Sequence
 
+from torch import nn
+
+from ecotrain.distributed import shard_units
 from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.memory.planner import STRATEGY_TEXT, Search, choose
@@ -70,6 +73,26 @@ def search_strategies(strategies: Sequence[str], own: str, search_one: Callable[
     measured = [m for s in parts for m in s.measured]
     return Search(first.budget, first.margin, measured, choose(measured, first.usable), sum(s.seconds for s in parts),
                   first.state_bytes, optim_bytes=first.optim_bytes, ranks=first.ranks)
+
+
+def strategy_bytes(model: nn.Module, strategy: Optional[str]) -> int:
+    """The bytes a rank's strategy holds during forward and backward beside its own model state, what a
+    plan's prediction adds to it (planner.held): DDP its gradient buckets (one more copy of the
+    gradients); ZeRO-2 every parameter gathered whole (from forward to backward) and one block's whole
+    gradients before their reduce-scatter; FSDP the root's own parameters, two blocks' (one gathered,
+    the next prefetched) and one block's gradients."""
+    def size(params) -> int:
+        return sum(p.nelement() * p.element_size() for p in params)  # a DTensor's whole size
+
+    if strategy == "ddp":
+        return size(p for p in model.parameters() if p.requires_grad)
+    if strategy not in ("zero2", "fsdp"):
+        return 0
+    units = [size(u.parameters()) for u in shard_units(model)]
+    block = max(units, default=0)
+    if strategy == "zero2":
+        return size(model.parameters()) + block
+    return size(model.parameters()) - sum(units) + 3 * block
 
 
 def one_machine(world: int) -> None:

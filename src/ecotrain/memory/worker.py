@@ -33,6 +33,7 @@ from ecotrain.errors import EcotrainError
 from ecotrain.loop import evaluate
 from ecotrain.memory.measure import estimates, peak_rss, rss_now
 from ecotrain.memory.estimate import optim_states
+from ecotrain.memory.shard import strategy_bytes
 from ecotrain.orphans import watch_parent
 from ecotrain.trainer import fit
 
@@ -51,6 +52,7 @@ def worker(folder: Path) -> None:
             trainable = sum(_local(p).nelement() for p in state.model.parameters() if p.requires_grad)
             self.optim_bytes = trainable * 4 * optim_states(cfg)  # fp32 optimizer state
             self.state_bytes = trainable * 4 + self.optim_bytes  # and fp32 gradients
+            self.strategy_bytes = strategy_bytes(state.model, job.get("strategy"))
             if state.device.type == "cuda":
                 gpu = memory_peaks(state.device)  # said before a step can fail
                 print(json.dumps({"worker_device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
@@ -77,6 +79,7 @@ def worker(folder: Path) -> None:
                    "micro_batches": state.plan.micro_batches,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "optim_bytes": self.optim_bytes, "oom_recoveries": state.counters.oom_recoveries,
+                   "strategy_bytes": self.strategy_bytes,
                    "activations": {}, "n_blocks": 0, "chunkable": False}
             if job.get("eval_batches"):  # after the training peak is read
                 out["eval_peak_bytes"] = eval_peak(state, job["eval_batches"])
