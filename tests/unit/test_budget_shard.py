@@ -12,7 +12,7 @@ from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError
 from ecotrain.memory.planner import (Baseline, Candidate, Measured, applied, candidates, format_search, from_record,
                                      none_fits_line, predict, search)
-from ecotrain.memory.shard import configured, group_env, search_strategies, strategies_for, strategy_bytes
+from ecotrain.memory.shard import Refused, configured, group_env, search_strategies, strategies_for, strategy_bytes
 
 MiB = 2**20
 
@@ -55,6 +55,11 @@ def test_plans_combine_the_levers_with_the_strategy_and_cut_each_rank_s_share():
     assert (f.distributed.strategy, f.distributed.fsdp.reshard_after_forward) == ("fsdp", True)
     assert d.distributed.strategy == "ddp" and z.memory.activation_checkpointing == "all"
     assert applied(cfg, one[0]).distributed.strategy == "ddp"  # no strategy in the plan: the configured one
+    # optimizer offload refuses sharded (DTensor) state: a lever of DDP's plans only
+    levers = dict(chunkable=True, has_optim_state=True, ranks=2)
+    assert any(x.optim_offload for x in candidates(2, False, 16, 1, 1, "fp32", False, strategy="ddp", **levers))
+    assert not any(x.optim_offload for s in ("zero2", "fsdp")
+                   for x in candidates(2, False, 16, 1, 1, "fp32", False, strategy=s, **levers))
 
 
 # per strategy: (peak MiB, s/step) of each plan a table search may measure; 2 blocks, micro 1 and 2
@@ -68,7 +73,7 @@ def table_search(budget_mib, refuse=()):
 
     def one(strategy, closest):
         if strategy in refuse:
-            raise ConfigError(f"methods.ema: not supported with distributed.strategy={strategy}")
+            raise Refused(f"methods.ema: not supported with distributed.strategy={strategy}")
         cands = [c for c in candidates(2, False, 4, 1, 1, "fp32", False, ["checkpoint", "micro_batches"],
                                        strategy=strategy, ranks=2) if c.micro_batches <= 2]
 
@@ -114,6 +119,12 @@ def test_a_strategy_the_config_refuses_is_left_out_and_none_fits_says_what_next(
     assert not any(k.endswith("/zero2") for k in calls) and s.chosen.candidate.key == "off/1/fp32/fsdp"
     with pytest.raises(ConfigError, match="ddp"):
         table_search(850, refuse=("ddp",))  # the configured strategy's refusal is the user's error
+
+    def failing(strategy, closest):
+        raise ConfigError(f"one plan of {strategy}")
+
+    with pytest.raises(ConfigError, match="one plan of zero2"):  # a plan failing past a baseline: not a refusal
+        search_strategies(["zero2", "ddp"], "ddp", failing)
     s, calls = table_search(400)
     assert s.chosen is None and calls[-1] == "all/2/fp32/fsdp"  # only the last search measures its most frugal plan
     line = none_fits_line(s, 4)

@@ -295,7 +295,12 @@ def run_search(cfg, memo: Optional[dict] = None, ranks: int = 1, strategies=(Non
     def measured(c: Candidate, first: bool):
         hit = memo.get(c.key) if memo is not None else None
         if hit is None or (first and not isinstance(hit, tuple)) or (first and not hit[1].activations):
-            hit = measure(cfg, c, first)
+            try:
+                hit = measure(cfg, c, first)
+            except ConfigError as exc:  # the config refuses the strategy itself, not one plan of it
+                if first and c.strategy is not None:
+                    raise shard.Refused(str(exc)) from None
+                raise
             if memo is not None:
                 memo[c.key] = hit
         if isinstance(hit, tuple) and not first:

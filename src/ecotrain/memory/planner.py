@@ -168,7 +168,8 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
     the first is the least constrained (the baseline measured first). Within a group (every lever but
     the micro-batches) the micro-batch count rises. `chunkable`: the model has an LM head and the task
     is ecotrain's cross-entropy (chunked_loss.applies); `has_optim_state`: the optimizer keeps state.
-    `strategy` and `ranks` (under torchrun): every plan's; each rank cuts its share, `batch // ranks`."""
+    `strategy` and `ranks` (under torchrun): every plan's; each rank cuts its share, `batch // ranks`.
+    ZeRO-2 and FSDP shard the optimizer state as DTensors, which optimizer offload refuses: not theirs."""
     batch //= ranks
     precisions = [precision]
     if allow_precision_change:
@@ -180,7 +181,8 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
         offloads += ["on", "bf16"] if allow_precision_change else ["on"]
     micros = micro_counts(batch, accumulate, min_micro) if "micro_batches" in levers else [accumulate]
     chunks = [False, True] if "chunked_loss" in levers and chunkable else [False]
-    optims = [False, True] if "optimizer_offload" in levers and has_optim_state else [False]
+    optims = ([False, True] if "optimizer_offload" in levers and has_optim_state and strategy not in ("zero2", "fsdp")
+              else [False])
     out = []
     for p, chunked, optim in ((p, ch, o) for p in precisions for ch in chunks for o in optims):
         for level, count in levels:

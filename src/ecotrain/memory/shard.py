@@ -28,6 +28,10 @@ from ecotrain.errors import ConfigError
 from ecotrain.log import log
 from ecotrain.memory.planner import STRATEGY_TEXT, Search, choose
 
+class Refused(ConfigError):
+    """The config refuses a strategy: its least constrained plan could not start (a method without FSDP support)."""
+
+
 STRATEGIES = tuple(STRATEGY_TEXT)  # ddp, zero2, fsdp: least sharded first
 # what torchrun's agent gives its workers: a measuring worker is no worker of that agent
 AGENT_ENV = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -54,14 +58,14 @@ def strategies_for(cfg, world: int, pinned: Optional[str] = None) -> list[Option
 
 def search_strategies(strategies: Sequence[str], own: str, search_one: Callable[[str, bool], Search]) -> Search:
     """One search per strategy, least sharded first (`search_one(strategy, closest)`), combined: every
-    plan measured, the fastest that fits chosen. A strategy other than the configured `own` whose
-    measurement the config refuses (a method that does not support FSDP) is left out with one line.
+    plan measured, the fastest that fits chosen. A strategy other than the configured `own` that the
+    config refuses (`Refused`: a method that does not support FSDP) is left out with one line.
     Only the last search measures its most frugal plan when nothing fits (how close it came)."""
     parts: list[Search] = []
     for i, strategy in enumerate(strategies):
         try:
             found = search_one(strategy, i == len(strategies) - 1)
-        except ConfigError as exc:
+        except Refused as exc:
             if strategy == own or (i == len(strategies) - 1 and not parts):
                 raise
             log.info(f"memory.budget: no {STRATEGY_TEXT[strategy]} plans ({exc})")
