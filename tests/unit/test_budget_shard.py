@@ -55,11 +55,11 @@ def test_plans_combine_the_levers_with_the_strategy_and_cut_each_rank_s_share():
     assert (f.distributed.strategy, f.distributed.fsdp.reshard_after_forward) == ("fsdp", True)
     assert d.distributed.strategy == "ddp" and z.memory.activation_checkpointing == "all"
     assert applied(cfg, one[0]).distributed.strategy == "ddp"  # no strategy in the plan: the configured one
-    # optimizer offload refuses sharded (DTensor) state: a lever of DDP's plans only
+    # optimizer offload refuses sharded (DTensor) state: a lever of DDP's plans only; the chunked loss not FSDP's
     levers = dict(chunkable=True, has_optim_state=True, ranks=2)
-    assert any(x.optim_offload for x in candidates(2, False, 16, 1, 1, "fp32", False, strategy="ddp", **levers))
-    assert not any(x.optim_offload for s in ("zero2", "fsdp")
-                   for x in candidates(2, False, 16, 1, 1, "fp32", False, strategy=s, **levers))
+    plans = {s: candidates(2, False, 16, 1, 1, "fp32", False, strategy=s, **levers) for s in ("ddp", "zero2", "fsdp")}
+    assert [any(x.optim_offload for x in plans[s]) for s in plans] == [True, False, False]
+    assert [any(x.chunked for x in plans[s]) for s in plans] == [True, True, False]
 
 
 # per strategy: (peak MiB, s/step) of each plan a table search may measure; 2 blocks, micro 1 and 2
@@ -68,10 +68,10 @@ PEAKS = {"ddp": {"off": 1000, "every_n:2": 940, "all": 900}, "zero2": {"off": 76
 COST = {"ddp": 1.0, "zero2": 1.05, "fsdp": 1.3}
 
 
-def table_search(budget_mib, refuse=()):
+def table_search(budget_mib, refuse=(), peaks=PEAKS, cost=COST):
     calls = []
 
-    def one(strategy, closest):
+    def one(strategy, closest, beat):
         if strategy in refuse:
             raise Refused(f"methods.ema: not supported with distributed.strategy={strategy}")
         cands = [c for c in candidates(2, False, 4, 1, 1, "fp32", False, ["checkpoint", "micro_batches"],
@@ -79,12 +79,12 @@ def table_search(budget_mib, refuse=()):
 
         def measure(c, first):
             calls.append(c.key)
-            peak = PEAKS[strategy][c.checkpointing] - 20 * (c.micro_batches - 1)
-            m = Measured(c, peak * MiB, COST[strategy] * (1 + 0.2 * c.n_checkpointed + 0.05 * c.micro_batches))
-            est = {x.key: (PEAKS[strategy][x.checkpointing] - 20 * (x.micro_batches - 1) - 400) * MiB for x in cands}
+            peak = peaks[strategy][c.checkpointing] - 20 * (c.micro_batches - 1)
+            m = Measured(c, peak * MiB, cost[strategy] * (1 + 0.2 * c.n_checkpointed + 0.05 * c.micro_batches))
+            est = {x.key: (peaks[strategy][x.checkpointing] - 20 * (x.micro_batches - 1) - 400) * MiB for x in cands}
             return (m, Baseline(400 * MiB, 400 * MiB, 200 * MiB, est, 2, 100 * MiB)) if first else m
 
-        return search(cands[0], lambda info: cands, budget_mib * MiB, 0.05, measure, 4, closest)
+        return search(cands[0], lambda info: cands, budget_mib * MiB, 0.05, measure, 4, closest, beat)
 
     return search_strategies(["ddp", "zero2", "fsdp"], "ddp", one), calls
 
@@ -114,13 +114,21 @@ def test_recompute_within_a_cheaper_strategy_beats_a_slower_one():
     assert s.chosen.candidate.strategy == "zero2" and s.chosen.candidate.checkpointing != "off"
 
 
+def test_a_strategy_slower_than_a_plan_that_fits_is_measured_once():
+    # sharding saves little here (10 MiB) and costs twice the time: DDP fits with checkpointing (900 MiB, 1.45)
+    peaks = {s: {k: v - 10 * i for k, v in PEAKS["ddp"].items()} for i, s in enumerate(("ddp", "zero2", "fsdp"))}
+    s, calls = table_search(975, peaks=peaks, cost={"ddp": 1.0, "zero2": 2.0, "fsdp": 2.0})  # usable 926 MiB
+    assert [k for k in calls if not k.endswith("/ddp")] == ["off/1/fp32/zero2", "off/1/fp32/fsdp"]
+    assert s.chosen.candidate.strategy == "ddp" and s.chosen.candidate.checkpointing != "off"
+
+
 def test_a_strategy_the_config_refuses_is_left_out_and_none_fits_says_what_next():
     s, calls = table_search(850, refuse=("zero2",))
     assert not any(k.endswith("/zero2") for k in calls) and s.chosen.candidate.key == "off/1/fp32/fsdp"
     with pytest.raises(ConfigError, match="ddp"):
         table_search(850, refuse=("ddp",))  # the configured strategy's refusal is the user's error
 
-    def failing(strategy, closest):
+    def failing(strategy, closest, beat):
         raise ConfigError(f"one plan of {strategy}")
 
     with pytest.raises(ConfigError, match="one plan of zero2"):  # a plan failing past a baseline: not a refusal

@@ -282,7 +282,7 @@ def run_search(cfg, memo: Optional[dict] = None, ranks: int = 1, strategies=(Non
     plan's peak and time do not depend on the budget; bench/memory_budget.py)."""
     batch = cfg.data.batch_size * cfg.loop.accumulate
 
-    def one(strategy: Optional[str], closest: bool) -> planner.Search:
+    def one(strategy: Optional[str], closest: bool, beat: Optional[float] = None) -> planner.Search:
         def expand(info: Baseline) -> list[Candidate]:
             return planner.candidates(info.n_blocks, planner.names_modules(cfg), batch, cfg.loop.accumulate,
                                       cfg.memory.min_micro_batch, cfg.precision, cfg.memory.allow_precision_change,
@@ -290,7 +290,7 @@ def run_search(cfg, memo: Optional[dict] = None, ranks: int = 1, strategies=(Non
                                       info.optim_bytes > 0, strategy, ranks)
 
         return planner.search(first_candidate(cfg, strategy, ranks), expand, cfg.memory.budget,
-                              cfg.memory.budget_margin, measured, cfg.memory.search_candidates, closest)
+                              cfg.memory.budget_margin, measured, cfg.memory.search_candidates, closest, beat)
 
     def measured(c: Candidate, first: bool):
         hit = memo.get(c.key) if memo is not None else None

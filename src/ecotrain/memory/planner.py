@@ -169,7 +169,8 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
     the micro-batches) the micro-batch count rises. `chunkable`: the model has an LM head and the task
     is ecotrain's cross-entropy (chunked_loss.applies); `has_optim_state`: the optimizer keeps state.
     `strategy` and `ranks` (under torchrun): every plan's; each rank cuts its share, `batch // ranks`.
-    ZeRO-2 and FSDP shard the optimizer state as DTensors, which optimizer offload refuses: not theirs."""
+    ZeRO-2 and FSDP shard the optimizer state as DTensors, which optimizer offload refuses: not theirs;
+    nor is the chunked loss FSDP's (it reads the LM head's weight outside the head's forward, resharded)."""
     batch //= ranks
     precisions = [precision]
     if allow_precision_change:
@@ -180,7 +181,7 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
     if "offload" in levers and n_blocks:  # offload wraps the repeated blocks (memory/levers.offload_targets)
         offloads += ["on", "bf16"] if allow_precision_change else ["on"]
     micros = micro_counts(batch, accumulate, min_micro) if "micro_batches" in levers else [accumulate]
-    chunks = [False, True] if "chunked_loss" in levers and chunkable else [False]
+    chunks = [False, True] if "chunked_loss" in levers and chunkable and strategy != "fsdp" else [False]
     optims = ([False, True] if "optimizer_offload" in levers and has_optim_state and strategy not in ("zero2", "fsdp")
               else [False])
     out = []
@@ -331,10 +332,12 @@ def smallest_first(cands: Sequence[Candidate], predicted: dict, done: set) -> li
 
 
 def search(first: Candidate, expand: Callable, budget: int, margin: float, measure: Callable,
-           limit: int, closest: bool = True) -> "Search":
+           limit: int, closest: bool = True, beat: Optional[float] = None) -> "Search":
     """Measure `first` (the least constrained plan), then up to `limit` more. `measure(candidate,
     first)` returns a Measured, and with `first` a Baseline too; `expand(baseline)`: every candidate.
-    `closest`: when nothing fits, measure the most frugal plan too, to say how close it came."""
+    `closest`: when nothing fits, measure the most frugal plan too, to say how close it came. `beat`:
+    the step cost of a plan that fits already (another strategy's); when `first`, the fastest plan
+    here (every lever adds work), costs more than a tie with it, nothing more is measured."""
     usable = budget * (1 - margin)
     t0 = time.perf_counter()
     base, info = measure(first, True)
@@ -343,7 +346,7 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
     raw = {c.key: predict(base, info, c) for c in cands}
     fixed = info.start_bytes + info.state_bytes + info.strategy_bytes
     predicted = raw
-    if not fits(base, usable):
+    if not fits(base, usable) and (beat is None or base.cost <= beat * (1 + TIE)):
         nxt: list = []
         while len(measured) <= limit:
             predicted = corrected(raw, cands, measured, fixed, info.optim_bytes)  # each measurement sharpens its family's

@@ -56,15 +56,18 @@ def strategies_for(cfg, world: int, pinned: Optional[str] = None) -> list[Option
     return list(STRATEGIES) if "shard" in cfg.memory.budget_levers else [configured(cfg)]
 
 
-def search_strategies(strategies: Sequence[str], own: str, search_one: Callable[[str, bool], Search]) -> Search:
-    """One search per strategy, least sharded first (`search_one(strategy, closest)`), combined: every
-    plan measured, the fastest that fits chosen. A strategy other than the configured `own` that the
+def search_strategies(strategies: Sequence[str], own: str,
+                      search_one: Callable[[str, bool, Optional[float]], Search]) -> Search:
+    """One search per strategy, least sharded first (`search_one(strategy, closest, beat)`), combined:
+    every plan measured, the fastest that fits chosen. `beat`: the cost of the fastest plan that fits
+    so far (planner.search measures only the baseline of a strategy slower than that). A strategy other than the configured `own` that the
     config refuses (`Refused`: a method that does not support FSDP) is left out with one line.
     Only the last search measures its most frugal plan when nothing fits (how close it came)."""
     parts: list[Search] = []
     for i, strategy in enumerate(strategies):
+        best = choose([m for s in parts for m in s.measured], parts[0].usable) if parts else None
         try:
-            found = search_one(strategy, i == len(strategies) - 1)
+            found = search_one(strategy, i == len(strategies) - 1, best.cost if best is not None else None)
         except Refused as exc:
             if strategy == own or (i == len(strategies) - 1 and not parts):
                 raise
