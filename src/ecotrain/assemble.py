@@ -100,7 +100,8 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     """`wings`: what adds its callbacks beside the core's (ecotrain/wings.py: the ledger, trackers)."""
     folder = RunFolder.plan(opts.run_dir, cfg.name, dist, opts.resume is not None, opts.overwrite)
     # memory.budget: the fastest measured plan that fits, applied to the config (a resume reads it back)
-    cfg, memory_plan = memory_plan_for_run(cfg, folder.path, opts.resume, own_parts(parts), dist.world_size)
+    cfg, memory_plan = memory_plan_for_run(cfg, folder.path, opts.resume, own_parts(parts), dist)
+    dist.strategy = cfg.distributed.strategy  # under torchrun the plan may shard (memory/shard.py); nothing is wrapped yet
     if parts.data is None and parts.model is not None and "name" not in cfg.data.model_fields_set:
         raise DataError("fit(model=...) without data=: pass your data (arrays, a Dataset, a DataLoader or "
                         "{'train': ..., 'val': ...}), or set data.name to train on a built-in dataset")

@@ -7,10 +7,13 @@ handler, `committed()` (a command's file is in place) and `trained(code)` (a fin
 
 from __future__ import annotations
 
+import os
+
 from ecotrain import threads
 from ecotrain.config import load_config
 from ecotrain.continual import serve
 from ecotrain.device import resolve_device
+from ecotrain.distributed import under_torchrun
 from ecotrain.entry import resume_run
 from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.export.generate import cmd_continue
@@ -19,6 +22,7 @@ from ecotrain.inference import evaluate, predict
 from ecotrain.memory.estimate import format_plan, make_plan, measured_report
 from ecotrain.memory.measure import measure_config, run_search
 from ecotrain.memory.planner import format_search
+from ecotrain.memory.shard import one_machine, strategies_for
 from ecotrain.methods.batchnorm import format_report, read_report
 from ecotrain.report.memory_page import write_page
 
@@ -29,6 +33,10 @@ def cmd_resume(args, ctx) -> int:
 
 
 def cmd_plan(args, ctx) -> int:
+    """Under torchrun, rank 0 plans for the job's world size (its own measuring groups); the others end."""
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 1
+    if world > 1 and os.environ["RANK"] != "0":
+        return 0
     budget = [f"memory.budget={args.budget}"] if args.budget else []
     cfg = load_config(args.recipe, [*args.overrides, *budget])
     if args.out and cfg.memory.budget is None:
@@ -36,11 +44,13 @@ def cmd_plan(args, ctx) -> int:
     plan, blocks = make_plan(cfg)
     print(format_plan(cfg, plan, blocks))
     if args.measure or (args.measure is None and resolve_device(cfg.device).type == "cuda"):
-        _plan_measured(cfg, plan)
+        _plan_measured(cfg, plan, world)
     if cfg.memory.budget is None:
         return 0
+    if world > 1:
+        one_machine(world)
     with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
-        search = run_search(cfg)
+        search = run_search(cfg, ranks=world, strategies=strategies_for(cfg, world))
     batch = cfg.data.batch_size * cfg.loop.accumulate
     print(format_search(search, batch))
     if args.out:
@@ -48,10 +58,10 @@ def cmd_plan(args, ctx) -> int:
     return 0 if search.chosen else 1
 
 
-def _plan_measured(cfg, plan) -> None:
-    """`plan`'s measured lines: the config as written, trained a few steps in a fresh process."""
+def _plan_measured(cfg, plan, ranks: int) -> None:
+    """`plan`'s measured lines: the config as written, trained a few steps in a fresh process (one per rank)."""
     with threads.for_fit(cfg.threads, cfg.data.workers):  # the thread count fit would train with
-        r = measure_config(cfg)
+        r = measure_config(cfg, ranks)
     lines, failed = measured_report(plan, r.out, r.device, cfg.memory.search_steps, r.error)
     if lines:
         print("\n".join(lines))

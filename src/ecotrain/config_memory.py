@@ -46,11 +46,12 @@ class MemoryConfig(_Section):
     loss_chunk: int = Field(1024, gt=0)  # tokens per chunk: one chunk's logits [loss_chunk, vocab] is the peak
     # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (memory/optim_offload.py)
     optimizer_offload: Literal["off", "on"] = "off"
-    # the levers memory.budget may pull (micro_batches and chunked_loss out: bit-identical losses)
+    # the levers memory.budget may pull (micro_batches and chunked_loss out: bit-identical losses); shard:
+    # under torchrun, the strategy too (ddp, zero2 or fsdp: memory/shard.py), else the configured one
     budget_levers: list[Literal["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
-                                "optimizer_offload"]] = Field(
+                                "optimizer_offload", "shard"]] = Field(
         default_factory=lambda: ["checkpoint", "selective", "offload", "micro_batches", "chunked_loss",
-                                 "optimizer_offload"])
+                                 "optimizer_offload", "shard"])
 
     @field_validator("activation_offload", "chunked_loss", "optimizer_offload", mode="before")
     @classmethod

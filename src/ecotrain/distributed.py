@@ -62,6 +62,11 @@ class Dist:
         """Rank 0's `obj` on every rank (a picklable object: a run folder's path, a timestamp)."""
         return obj
 
+    def from_main(self, obj):
+        """Rank 0's `obj` on every rank once rank 0's own long work made it (memory.budget's plan): the
+        others wait on the CPU, up to distributed.rank0_timeout_seconds, as at `barrier`."""
+        return obj
+
     def wrap(self, model: nn.Module, cfg) -> nn.Module:
         return model
 
@@ -136,6 +141,11 @@ class TorchDist(Dist):
     def broadcast_object(self, obj):
         box = [obj if self.is_main else None]
         self.td.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def from_main(self, obj):
+        box = [obj if self.is_main else None]
+        self.td.broadcast_object_list(box, src=0, group=self._barrier_group)
         return box[0]
 
     def wrap(self, model, cfg):

@@ -12,6 +12,7 @@ from ecotrain.config import Config, load_config
 from ecotrain.errors import ConfigError, EcotrainError
 from ecotrain.memory.planner import (FULL, PLAN_FILE, TIE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
                               choose, corrected, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
+from ecotrain.distributed import Dist
 from ecotrain.memory.measure import for_run
 
 MiB = 2**20
@@ -241,16 +242,20 @@ def test_record_round_trip_and_applied_config():
 
 def test_no_budget_changes_nothing(tmp_path):
     cfg = Config.model_validate({"data": {"name": "digits"}})
-    out, s = for_run(cfg, tmp_path, None, [], 1)
+    out, s = for_run(cfg, tmp_path, None, [], Dist())
     assert out is cfg and s is None
 
 
-def test_budget_refuses_own_parts_and_ranks(tmp_path):
+def test_budget_refuses_own_parts_and_a_job_over_several_machines(tmp_path, monkeypatch):
     cfg = Config.model_validate({"memory": {"budget": "1GiB"}})
     with pytest.raises(EcotrainError, match=r"fit\(model=\.\.\.\)"):
-        for_run(cfg, tmp_path, None, ["model"], 1)
-    with pytest.raises(EcotrainError, match="torchrun"):
-        for_run(cfg, tmp_path, None, [], 2)
+        for_run(cfg, tmp_path, None, ["model"], Dist())
+    two = Dist()
+    two.world_size = 2  # 2 ranks, 1 on this machine: the measuring group would not be this job's shape
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match="one machine") as e:
+        for_run(cfg, tmp_path, None, [], two)
+    assert "\n" not in str(e.value)
 
 
 def test_resume_reuses_the_recorded_choice_without_measuring(tmp_path):
@@ -259,13 +264,13 @@ def test_resume_reuses_the_recorded_choice_without_measuring(tmp_path):
     # a config whose data cannot even be loaded: measuring anything would fail, reading the record does not
     cfg = Config.model_validate({"data": {"name": "pkg_that_does_not_exist:load"}, "memory": {"budget": 730 * MiB},
                                  "precision": "fp32"})
-    out, again = for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], 1)
+    out, again = for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], Dist())
     assert again.reused and again.chosen.candidate == s.chosen.candidate
     assert again.seconds == s.record(4)["search_seconds"]
     assert out.memory.activation_checkpointing == "off" and out.precision == "fp32"
     # a checkpoint resumed into another folder: its own run folder's record
     other = tmp_path / "elsewhere"
-    out2, again2 = for_run(cfg, other, tmp_path / "checkpoints" / "step-00000003", [], 1)
+    out2, again2 = for_run(cfg, other, tmp_path / "checkpoints" / "step-00000003", [], Dist())
     assert again2.reused and again2.chosen.candidate == s.chosen.candidate
 
 
@@ -274,4 +279,4 @@ def test_resume_with_a_changed_budget_measures_again(tmp_path):
     (tmp_path / PLAN_FILE).write_text(json.dumps(s.record(4)))
     cfg = Config.model_validate({"data": {"name": "pkg_that_does_not_exist:load"}, "memory": {"budget": 900 * MiB}})
     with pytest.raises(EcotrainError, match="measuring the plan"):  # it tried to measure: the data cannot load
-        for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], 1)
+        for_run(cfg, tmp_path, tmp_path / "checkpoints" / "step-00000003", [], Dist())

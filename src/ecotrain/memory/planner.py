@@ -12,9 +12,11 @@ logits never whole; equal within float rounding), whether the optimizer state le
 steps (memory/optim_offload.py: bit-identical) and, only with `memory.allow_precision_change`, fp32
 vs bf16 autocast and bf16 offload.
 Evaluation reads as many samples at a time as a training micro-batch (`memory.eval_batch_size`), and
-its peak is measured with the plan's: a plan fits when both do. Plans are measured in one process:
-under torchrun a budget is refused, and when no plan fits the last line says how far ZeRO-2 (gradients
-and optimizer state sharded) or FSDP (parameters too) over N ranks would go (`shard_hint`).
+its peak is measured with the plan's: a plan fits when both do. In one process, when no plan fits
+the last line says how far ZeRO-2 (gradients and optimizer state sharded) or FSDP (parameters too)
+over N ranks would go (`shard_hint`). Under torchrun every plan is measured by N processes (one per
+rank, on this machine) and its peak is the largest rank's; with the `shard` lever the plans combine
+the levers above with the strategy, DDP, ZeRO-2 or FSDP (memory/shard.py: one search per strategy).
 
 Each measured plan runs a few real training steps of the real model and batch in a fresh process
 (memory/worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
@@ -56,7 +58,9 @@ FULL = 0.95  # a plan that fits at 95% of the usable budget (0.9 of the budget a
 
 
 # memory.budget_levers' names
-LEVERS = ("checkpoint", "selective", "offload", "micro_batches", "chunked_loss", "optimizer_offload")
+LEVERS = ("checkpoint", "selective", "offload", "micro_batches", "chunked_loss", "optimizer_offload", "shard")
+# distributed.strategy as a lever (under torchrun): how each reads in a plan
+STRATEGY_TEXT = {"ddp": "DDP", "zero2": "ZeRO-2", "fsdp": "FSDP"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class Candidate:
     offload_blocks: Optional[int] = None  # offload only the first K of the other blocks; None: all of them
     chunked: bool = False  # the LM head + cross-entropy over token chunks (memory.chunked_loss)
     optim_offload: bool = False  # the optimizer state out of memory between steps (memory.optimizer_offload)
+    strategy: Optional[str] = None  # under torchrun: "ddp", "zero2" or "fsdp" (STRATEGY_TEXT); None: one process
+    ranks: int = 1  # the processes that measured it (and train with it); batches are cut per rank
 
     @property
     def key(self) -> str:
@@ -80,6 +86,7 @@ class Candidate:
         if offload and self.offload_blocks is not None:
             offload += f":{self.offload_blocks}"
         extra = ("/chunked" if self.chunked else "") + ("/optim-offload" if self.optim_offload else "")
+        extra += f"/{self.strategy}" if self.strategy else ""
         return f"{self.checkpointing}{selective}/{self.micro_batches}/{self.precision}{offload}{extra}"
 
     @property
@@ -91,9 +98,11 @@ class Candidate:
     def family(self) -> tuple:
         """Every lever but the micro-batch count and how many blocks are offloaded: plans whose
         estimates err alike (planner.corrected)."""
-        return self.checkpointing, self.policy, self.offload, self.precision, self.chunked, self.optim_offload
+        return (self.checkpointing, self.policy, self.offload, self.precision, self.chunked, self.optim_offload,
+                self.strategy)
 
     def describe(self, batch: int) -> str:
+        """`batch`: the step's samples (data.batch_size * loop.accumulate), each rank's share cut in micro-batches."""
         how = "selective recompute of" if self.policy == "matmuls" else "checkpointing"
         ck = {"off": "no checkpointing", "all": f"{how} every block"}.get(self.checkpointing)
         if ck is None:
@@ -107,8 +116,11 @@ class Candidate:
             ck += f", offload{' (bf16)' if self.offload == 'bf16' else ''} of {whose}"
         ck += ", chunked loss" if self.chunked else ""
         ck += ", optimizer state offloaded" if self.optim_offload else ""
-        size = -(-batch // self.micro_batches)
-        return f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}, {self.precision}"
+        size = -(-(batch // self.ranks) // self.micro_batches)
+        out = f"{ck}, {self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''} of {size}"
+        if self.strategy is None:
+            return f"{out}, {self.precision}"
+        return f"{out} per rank, {self.precision}, {STRATEGY_TEXT[self.strategy]} over {self.ranks} ranks"
 
     def ac_spec(self, configured):
         """The `memory.activation_checkpointing` value of this candidate."""
@@ -151,11 +163,15 @@ def eval_batch_of(default: int, batch: int, micro_batches: int) -> int:
 def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micro: int, precision: str,
                allow_precision_change: bool, levers: Sequence[str] = LEVERS,
                eval_default: Optional[int] = None, chunkable: bool = False,
-               has_optim_state: bool = False) -> list[Candidate]:
+               has_optim_state: bool = False, strategy: Optional[str] = None, ranks: int = 1) -> list[Candidate]:
     """Every exactly-equivalent plan with the `levers` allowed (bf16 ones with `allow_precision_change`);
     the first is the least constrained (the baseline measured first). Within a group (every lever but
     the micro-batches) the micro-batch count rises. `chunkable`: the model has an LM head and the task
-    is ecotrain's cross-entropy (chunked_loss.applies); `has_optim_state`: the optimizer keeps state."""
+    is ecotrain's cross-entropy (chunked_loss.applies); `has_optim_state`: the optimizer keeps state.
+    `strategy` and `ranks` (under torchrun): every plan's; each rank cuts its share, `batch // ranks`.
+    ZeRO-2 and FSDP shard the optimizer state as DTensors, which optimizer offload refuses: not theirs;
+    nor is the chunked loss FSDP's (it reads the LM head's weight outside the head's forward, resharded)."""
+    batch //= ranks
     precisions = [precision]
     if allow_precision_change:
         precisions += [p for p in ("bf16-mixed", "fp32") if p != precision]
@@ -165,8 +181,9 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
     if "offload" in levers and n_blocks:  # offload wraps the repeated blocks (memory/levers.offload_targets)
         offloads += ["on", "bf16"] if allow_precision_change else ["on"]
     micros = micro_counts(batch, accumulate, min_micro) if "micro_batches" in levers else [accumulate]
-    chunks = [False, True] if "chunked_loss" in levers and chunkable else [False]
-    optims = [False, True] if "optimizer_offload" in levers and has_optim_state else [False]
+    chunks = [False, True] if "chunked_loss" in levers and chunkable and strategy != "fsdp" else [False]
+    optims = ([False, True] if "optimizer_offload" in levers and has_optim_state and strategy not in ("zero2", "fsdp")
+              else [False])
     out = []
     for p, chunked, optim in ((p, ch, o) for p in precisions for ch in chunks for o in optims):
         for level, count in levels:
@@ -181,7 +198,7 @@ def candidates(n_blocks: int, named: bool, batch: int, accumulate: int, min_micr
                     out += [Candidate(level, n, p, count, policy, off,
                                       0 if off == "off" else (k or n_off),
                                       eval_batch_of(eval_default, batch, n) if eval_default else None, k,
-                                      chunked, optim)
+                                      chunked, optim, strategy, ranks)
                             for k in parts for n in micros]
     return out
 
@@ -198,6 +215,7 @@ class Measured:
     predicted_bytes: Optional[int] = None
     cpu_seconds: Optional[float] = None  # CPU runs: all threads' CPU seconds of that fastest step
     eval_peak_bytes: Optional[int] = None  # the peak once evaluation ran too (CPU: RSS never drops, so >= peak)
+    rank_peaks: Optional[list] = None  # under torchrun: each rank's training peak (peak_bytes is the largest)
 
     @property
     def top(self) -> int:
@@ -222,12 +240,14 @@ class Baseline:
     n_blocks: int = 0  # the model's repeated blocks (memory.find_blocks)
     optim_bytes: int = 0  # the optimizer state's share of state_bytes (what optimizer offload moves out)
     chunkable: bool = False  # the chunked loss applies (an LM head, ecotrain's cross-entropy: chunked_loss.applies)
+    strategy_bytes: int = 0  # under torchrun: what the strategy holds besides the model state (shard.strategy_bytes)
 
 
 def held(info: Baseline, c: Candidate) -> int:
-    """The bytes a plan holds through forward and backward besides activations: the process and the
-    model state, less the optimizer state when it is offloaded."""
-    return info.start_bytes + info.state_bytes - (info.optim_bytes if c.optim_offload else 0)
+    """The bytes a plan holds through forward and backward besides activations: the process, the
+    model state (this rank's) and what its strategy holds (buckets, gathered parameters), less the
+    optimizer state when it is offloaded."""
+    return info.start_bytes + info.state_bytes + info.strategy_bytes - (info.optim_bytes if c.optim_offload else 0)
 
 
 def predict(base: Measured, info: Baseline, c: Candidate) -> Optional[int]:
@@ -312,18 +332,21 @@ def smallest_first(cands: Sequence[Candidate], predicted: dict, done: set) -> li
 
 
 def search(first: Candidate, expand: Callable, budget: int, margin: float, measure: Callable,
-           limit: int) -> "Search":
+           limit: int, closest: bool = True, beat: Optional[float] = None) -> "Search":
     """Measure `first` (the least constrained plan), then up to `limit` more. `measure(candidate,
-    first)` returns a Measured, and with `first` a Baseline too; `expand(baseline)`: every candidate."""
+    first)` returns a Measured, and with `first` a Baseline too; `expand(baseline)`: every candidate.
+    `closest`: when nothing fits, measure the most frugal plan too, to say how close it came. `beat`:
+    the step cost of a plan that fits already (another strategy's); when `first`, the fastest plan
+    here (every lever adds work), costs more than a tie with it, nothing more is measured."""
     usable = budget * (1 - margin)
     t0 = time.perf_counter()
     base, info = measure(first, True)
     cands = expand(info)
     measured, done = [base], {base.candidate.key}
     raw = {c.key: predict(base, info, c) for c in cands}
-    fixed = info.start_bytes + info.state_bytes
+    fixed = info.start_bytes + info.state_bytes + info.strategy_bytes
     predicted = raw
-    if not fits(base, usable):
+    if not fits(base, usable) and (beat is None or base.cost <= beat * (1 + TIE)):
         nxt: list = []
         while len(measured) <= limit:
             predicted = corrected(raw, cands, measured, fixed, info.optim_bytes)  # each measurement sharpens its family's
@@ -345,7 +368,7 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
             # micro-batch count of its group is measured next
             nxt = [] if choose(measured, usable) is not None or c.offload_blocks is not None else [
                 d for d in cands if d.group == c.group and d.micro_batches > c.micro_batches and d.key not in done][:1]
-        if choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close it came
+        if closest and choose(measured, usable) is None:  # nothing fits: the most frugal plan, to say how close
             rest = smallest_first(cands, predicted, done)
             if rest:
                 m = measure(rest[0], False)
@@ -353,7 +376,7 @@ def search(first: Candidate, expand: Callable, budget: int, margin: float, measu
                 measured.append(m)
     base.predicted_bytes = raw.get(base.candidate.key)
     return Search(budget, margin, measured, choose(measured, usable), time.perf_counter() - t0, info.state_bytes,
-                  optim_bytes=info.optim_bytes)
+                  optim_bytes=info.optim_bytes, ranks=first.ranks)
 
 
 @dataclass
@@ -366,6 +389,7 @@ class Search:
     state_bytes: Optional[int] = None  # gradients + optimizer state: what sharding would divide
     reused: bool = False  # read back from the run folder (a resume): nothing measured this time
     optim_bytes: Optional[int] = None  # the optimizer state's share of state_bytes
+    ranks: int = 1  # the processes each plan was measured with (torchrun's world size)
 
     @property
     def usable(self) -> float:
@@ -377,12 +401,12 @@ class Search:
             return {**asdict(m.candidate), "plan": m.candidate.describe(batch), "peak_bytes": m.peak_bytes,
                     "step_seconds": round(m.step_seconds, 4), "seconds": round(m.seconds, 2),
                     "cpu_seconds": None if m.cpu_seconds is None else round(m.cpu_seconds, 4),
-                    "eval_peak_bytes": m.eval_peak_bytes,
+                    "eval_peak_bytes": m.eval_peak_bytes, "rank_peaks": m.rank_peaks,
                     "predicted_bytes": m.predicted_bytes, "fits": fits(m, self.usable)}
         return {"budget_bytes": self.budget, "margin": self.margin, "usable_bytes": int(self.usable),
                 "search_seconds": round(self.seconds, 2), "measured": [row(m) for m in self.measured],
                 "chosen": row(self.chosen) if self.chosen else None,
-                "state_bytes": self.state_bytes, "optim_bytes": self.optim_bytes}
+                "state_bytes": self.state_bytes, "optim_bytes": self.optim_bytes, "ranks": self.ranks}
 
 
 def from_record(rec: dict) -> Search:
@@ -390,13 +414,15 @@ def from_record(rec: dict) -> Search:
         c = Candidate(r["checkpointing"], int(r["micro_batches"]), r["precision"], int(r.get("n_checkpointed", 0)),
                       r.get("policy", "attention"), r.get("offload", "off"), int(r.get("n_offloaded", 0)),
                       r.get("eval_batch"), r.get("offload_blocks"), bool(r.get("chunked", False)),
-                      bool(r.get("optim_offload", False)))  # older records: the defaults
+                      bool(r.get("optim_offload", False)), r.get("strategy"),
+                      int(r.get("ranks", 1)))  # older records: the defaults
         return Measured(c, int(r["peak_bytes"]), float(r["step_seconds"]), float(r.get("seconds", 0)),
-                        r.get("predicted_bytes"), r.get("cpu_seconds"), r.get("eval_peak_bytes"))
+                        r.get("predicted_bytes"), r.get("cpu_seconds"), r.get("eval_peak_bytes"), r.get("rank_peaks"))
     measured = [m(r) for r in rec["measured"]]
     chosen = m(rec["chosen"]) if rec.get("chosen") else None
     return Search(int(rec["budget_bytes"]), float(rec["margin"]), measured, chosen, float(rec["search_seconds"]),
-                  rec.get("state_bytes"), reused=True, optim_bytes=rec.get("optim_bytes"))
+                  rec.get("state_bytes"), reused=True, optim_bytes=rec.get("optim_bytes"),
+                  ranks=int(rec.get("ranks", 1)))
 
 
 def pareto(measured: Sequence[Measured]) -> list[Measured]:
@@ -422,12 +448,22 @@ def shard_hint(smallest: Measured, usable: float, state_bytes: Optional[int]) ->
             "with more memory")
 
 
+def ranks_hint(smallest: Measured, strategies: set) -> str:
+    """Under torchrun, when no plan fits: the strategy lever if it was left out, else more ranks."""
+    if len(strategies) == 1 and smallest.candidate.strategy != "fsdp":
+        return ("add shard to memory.budget_levers (ZeRO-2 and FSDP shard the model state over the ranks), or use "
+                "a smaller data.batch_size (changes the maths)")
+    return (f"more ranks than {smallest.candidate.ranks} shard the model state further; or use a smaller "
+            "data.batch_size (changes the maths) or machines with more memory")
+
+
 def none_fits_line(s: Search, batch: int) -> str:
     smallest = min(s.measured, key=lambda m: m.top)
+    hint = (shard_hint(smallest, s.usable, s.state_bytes) if smallest.candidate.strategy is None
+            else ranks_hint(smallest, {m.candidate.strategy for m in s.measured}))
     return (f"memory.budget={fmt_bytes(s.budget)}: no plan fits (usable {fmt_bytes(s.usable)} with "
             f"memory.budget_margin={s.margin:g}); the smallest peak measured was {fmt_bytes(smallest.top)} "
-            f"({smallest.candidate.describe(batch)}); "
-            f"{shard_hint(smallest, s.usable, s.state_bytes)}")
+            f"({smallest.candidate.describe(batch)}); {hint}")
 
 
 def format_search(s: Search, batch: int) -> str:
@@ -477,7 +513,7 @@ def names_modules(cfg) -> bool:
 
 def applied(cfg, c: Candidate):
     """`cfg` with the candidate's checkpointing, policy, offload, chunked loss, optimizer offload,
-    evaluation batch and precision (its micro-batch count goes in the counters)."""
+    evaluation batch, precision and strategy (its micro-batch count goes in the counters)."""
     d = cfg.to_dict()
     d["memory"]["activation_checkpointing"] = c.ac_spec(cfg.memory.activation_checkpointing.model_dump()
                                                         if hasattr(cfg.memory.activation_checkpointing, "model_dump")
@@ -489,6 +525,10 @@ def applied(cfg, c: Candidate):
         d["memory"]["optimizer_offload"] = "on"
     if c.eval_batch is not None:
         d["memory"]["eval_batch_size"] = c.eval_batch
+    if c.strategy is not None:  # zero2 is read as fsdp with reshard_after_forward=false (config_run)
+        d["distributed"]["strategy"] = c.strategy
+        if c.strategy == "fsdp":
+            d["distributed"]["fsdp"]["reshard_after_forward"] = True
     d["precision"] = c.precision
     return type(cfg).model_validate(d)
 

@@ -10,6 +10,9 @@ With `eval_batches` in the job, the worker then evaluates that many batches of t
 does (`loop.evaluate`, no gradients), and reports the peak after it as `eval_peak_bytes`: on CUDA the
 allocator's peak since the training steps, on CPU the process's peak RSS (VmHWM), which includes training's
 (RSS peaks never go down), less the second copy of the data loaded for it.
+
+Under torchrun's measuring group (memory/shard.py) every rank runs this with RANK set: the model state
+it reports is its own shard's, and rank 0 alone estimates the candidates' activations.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ecotrain.errors import EcotrainError
 from ecotrain.loop import evaluate
 from ecotrain.memory.measure import estimates, peak_rss, rss_now
 from ecotrain.memory.estimate import optim_states
+from ecotrain.memory.shard import strategy_bytes
 from ecotrain.orphans import watch_parent
 from ecotrain.trainer import fit
 
@@ -45,9 +49,10 @@ def worker(folder: Path) -> None:
 
         def on_fit_start(self, state):
             state.plan.raise_micro_batches(job["micro_batches"])  # the candidate's cut (exact accumulation)
-            trainable = sum(p.nelement() for p in state.model.parameters() if p.requires_grad)
+            trainable = sum(_local(p).nelement() for p in state.model.parameters() if p.requires_grad)
             self.optim_bytes = trainable * 4 * optim_states(cfg)  # fp32 optimizer state
             self.state_bytes = trainable * 4 + self.optim_bytes  # and fp32 gradients
+            self.strategy_bytes = strategy_bytes(state.model, job.get("strategy"))
             if state.device.type == "cuda":
                 gpu = memory_peaks(state.device)  # said before a step can fail
                 print(json.dumps({"worker_device": {k: gpu[k] for k in ("gpu_name", "gpu_total_bytes")}}), flush=True)
@@ -74,17 +79,26 @@ def worker(folder: Path) -> None:
                    "micro_batches": state.plan.micro_batches,
                    "start_bytes": self.start, "start_peak_bytes": self.start_peak, "state_bytes": self.state_bytes,
                    "optim_bytes": self.optim_bytes, "oom_recoveries": state.counters.oom_recoveries,
+                   "strategy_bytes": self.strategy_bytes,
                    "activations": {}, "n_blocks": 0, "chunkable": False}
             if job.get("eval_batches"):  # after the training peak is read
                 out["eval_peak_bytes"] = eval_peak(state, job["eval_batches"])
-            if job["estimate"] and peak > job["usable"]:  # after the peaks are read: its forwards are not measured
-                out["activations"], out["n_blocks"], out["chunkable"] = estimates(Config.model_validate(job["estimate"]))
+            ranks = job.get("ranks", 1)  # a group: another rank may be over, so rank 0 always estimates
+            if job["estimate"] and (peak > job["usable"] or ranks > 1) and state.dist.rank == 0:
+                # after the peaks are read: its forwards are not measured
+                out["activations"], out["n_blocks"], out["chunkable"] = estimates(
+                    Config.model_validate(job["estimate"]), ranks, job.get("strategy"))
             print(json.dumps(out), flush=True)
             os._exit(0)  # the plan's training steps are what is measured; no final evaluation
 
     fit(cfg, callbacks=[Meter()], run_dir=folder / "run", quiet=True)
     raise SystemExit(f"the run stopped before step {steps} (loop.max_epochs ended it: set loop.max_epochs=null "
                      "for the measurement)")
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter: its shard under FSDP (a DTensor), else the whole."""
+    return p.to_local() if hasattr(p, "to_local") else p
 
 
 class _Head:
