@@ -336,6 +336,15 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _chunked_loss_needs_whole_parameters(self) -> "Config":
+        if (self.memory.chunked_loss == "on" and self.distributed.strategy == "fsdp"
+                and self.distributed.fsdp.reshard_after_forward):  # zero2 keeps them gathered: allowed
+            raise ValueError("memory.chunked_loss=on with distributed.strategy=fsdp: the chunked head multiplies "
+                             "by the LM head's weight, which FSDP keeps sharded between its forward and backward; "
+                             "use distributed.strategy=zero2 (parameters whole) or ddp, or memory.chunked_loss=off")
+        return self
+
+    @model_validator(mode="after")
     def _rollback_needs_checkpoints(self) -> "Config":
         if self.divergence.action == "rollback" and not (self.checkpoint.every_n_steps or self.checkpoint.every_epoch):
             raise ValueError("divergence.action=rollback needs checkpoints to roll back to: set "

@@ -120,3 +120,13 @@ def test_liger_is_chosen_on_cuda_only_and_its_absence_is_one_line(monkeypatch, c
     said = [r.getMessage() for r in caplog.records if "Liger" in r.getMessage()]
     assert len(said) == 1 and "pip install liger-kernel" in said[0] and "\n" not in said[0]
     _liger_class.cache_clear()
+
+
+def test_chunked_loss_under_zero3_is_refused_in_one_line_and_zero2_allowed():
+    from ecotrain.config import load_config
+    from ecotrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"memory.chunked_loss=on with distributed.strategy=fsdp: .*zero2"):
+        load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=fsdp"])
+    cfg = load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=zero2"])
+    assert cfg.memory.chunked_loss == "on" and not cfg.distributed.fsdp.reshard_after_forward
