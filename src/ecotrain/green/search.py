@@ -144,9 +144,16 @@ class Search:
                 + sum(p["flops"] for p in self.probes))
 
     def spent_runs(self, measured: bool) -> float:
-        """What the search has spent, in baseline runs: of the measured `by` figure for a measured search
-        (a trial of larger batches costs what it measured, not its FLOPs), of FLOPs otherwise."""
-        return self.spent / self.baseline["cost"] if measured else self.spent_flops / self.baseline["flops"]
+        """What the search has spent, in baseline runs: of FLOPs for a FLOPs search; of the measured `by`
+        figure for a measured one (a trial of larger batches costs what it measured, not its FLOPs), under
+        the load the baseline ran in: a trial counts its load-corrected ratio and a probe the reference
+        probe's cost, so a busy machine does not spend the budget faster."""
+        if not measured:
+            return self.spent_flops / self.baseline["flops"]
+        base = self.baseline["cost"]
+        probes = len(self.probes) * self.probes[0]["cost"] / base if self.probes else 0.0
+        return (1.0 + sum(r.ratio if r.ratio is not None else (r.cost or 0.0) / base for r in self.rows) + probes
+                + sum(c["cost"] for c in self.checks) / base)
 
     @property
     def spent(self) -> float:
