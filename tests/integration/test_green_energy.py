@@ -43,7 +43,10 @@ def test_green_by_energy_pairs_each_trial_with_a_probe_of_the_baseline(tmp_path,
 
 
 def test_the_fitted_cost_model_predicts_trials_before_they_train_once_enough_were_measured(tmp_path, capsys):
-    recipe, out = write_recipe(tmp_path, TINY), tmp_path / "g"
+    # long enough that every trial's CPU time is a measurable figure (the ledger counts it in 10 ms):
+    # a trial measured at zero has no ratio the model can fit
+    recipe = write_recipe(tmp_path, {**TINY, "loop": {**TINY["loop"], "max_steps": 600, "eval_every": 150}})
+    out = tmp_path / "g"
     main(["green", str(recipe), "--tolerance", "1", "--margin", "0", "--levers", "schedule", "--trials", "10",
           "--check-seeds", "none", "--seeds-confirm", "0", "--out", str(out), "--calibrate", "0"])
     text = capsys.readouterr().out
