@@ -63,5 +63,7 @@ def test_a_search_killed_mid_trial_resumes_to_the_same_trials(tmp_path, capsys):
     rows = {k: json.loads((tmp_path / k / "trials.json").read_text()) for k in "AB"}
     strip = lambda d: [(t["trial"], t["state"], t["params"], t["flops"], t["val"]) for t in d["trials"]]  # noqa: E731
     assert strip(rows["A"]) == strip(rows["B"]) and rows["A"]["chosen"] == rows["B"]["chosen"]
+    costs = {k: json.loads((tmp_path / k / "green.json").read_text())["costs"] for k in "AB"}
+    assert [c for c in costs["A"] if c.startswith("calibration")] == [c for c in costs["B"] if c.startswith("calibration")]
     segments = json.loads((tmp_path / "B" / "trials" / "t000" / "ledger.json").read_text())["segments"]
     assert segments == 2  # trial 0 really was stopped and resumed, not retrained

@@ -75,3 +75,16 @@ def test_hindsight_counts_the_predictions_and_the_skips():
     got = costmodel.hindsight(rows)
     assert got["predicted"] == 2 and got["skipped"] == 1
     assert got["median_abs_error"] == pytest.approx(0.1)
+
+
+def test_a_lever_value_never_measured_is_not_predicted():
+    # every measured trial kept the full width: the model cannot say what width 0.6 costs
+    rows = [(dict(p, width=1.0), law(dict(p, width=1.0))) for p, _ in trials(8, 21)]
+    model = costmodel.fit(rows, 64)
+    assert model is not None and model.covers({"samples": 0.3, "width": 1.0, "keep": 1.0}, 64)
+    assert not model.covers({"samples": 0.3, "width": 0.6, "keep": 1.0}, 64)
+    search = Search(baseline={"val": 0.9, "cost": 1.0, "flops": 1.0, "samples": 100})
+    search.rows += [Row(i, "complete", p, [], ratio=r) for i, (p, r) in enumerate(rows)]
+    energy = Options("r.yaml", [], out=None, by="energy")
+    assert predict(energy, search, {"samples": 0.3, "width": 0.6, "keep": 1.0}, 64) == (None, None)
+    assert predict(energy, search, {"samples": 0.3, "width": 1.0, "keep": 1.0}, 64)[0] is not None

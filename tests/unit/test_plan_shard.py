@@ -163,3 +163,12 @@ def test_each_strategy_s_holdings_from_the_model():
     assert strategy_bytes(model, "ddp") == (144 + 64) * 4  # the gradient buckets: trainable parameters only
     assert strategy_bytes(model, "zero2") == (212 + 144) * 4  # all parameters gathered, one block's gradients
     assert strategy_bytes(model, "fsdp") == 3 * 144 * 4  # the root holds none of its own here
+
+
+def test_a_plan_the_users_config_refuses_is_a_config_error_not_a_validation_traceback():
+    # chunked_loss=on is the user's; the FSDP (ZeRO-3) plan cannot keep it: one line, so the search leaves
+    # FSDP out (measured() turns it into Refused) instead of failing with pydantic's ValidationError
+    cfg = load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=ddp"])
+    assert applied(cfg, Candidate("off", 1, "fp32", strategy="zero2", ranks=2)).memory.chunked_loss == "on"
+    with pytest.raises(ConfigError, match=r"refused by the config: memory.chunked_loss=on with distributed.strategy=fsdp"):
+        applied(cfg, Candidate("off", 1, "fp32", strategy="fsdp", ranks=2))

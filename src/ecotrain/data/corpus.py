@@ -177,7 +177,8 @@ def _write(out: Path, files, tok, dtype, n_docs: int, n_train: int, n_val: int, 
            test_share: float) -> TokensMeta:
     """The token files, written under OUT/.tokenize-PID and renamed into place, the sidecar last. The
     folder is held (tokenize_corpus), so a .tokenize-* folder another process left is a killed
-    tokenize's: removed first."""
+    tokenize's: removed first. The hold is a flock, one host's: two hosts writing one --out on a shared
+    file system are not kept apart."""
     for stale in out.glob(".tokenize-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = out / f".tokenize-{os.getpid()}"

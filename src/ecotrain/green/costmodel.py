@@ -7,7 +7,7 @@ pruning and selective backprop move it by amounts that depend on the machine.
 The model is a least-squares fit of the log of each complete trial's load-corrected ratio on the
 logs of its values (samples fraction, batch fraction, width, kept fraction) and the on/off levers
 (prune amount, EMA, stability stop), each feature kept only when it varies among the measured
-trials. Its band is its leave-one-out error: every measured trial predicted by a fit on the others.
+trials; a trial whose value of a feature that never varied differs is not predicted at all. Its band is its leave-one-out error: every measured trial predicted by a fit on the others.
 A trial is skipped only when even the band's cheap end, exp(prediction - Z x leave-one-out RMS),
 is no cheaper than the best feasible ratio, and only once MIN_TRIALS trials leave at least
 SPARE more than the model has coefficients: a guess never prunes.
@@ -43,6 +43,12 @@ class Fit:
     columns: list[int]  # the features that varied among the measured trials
     loo_rms: float  # leave-one-out RMS error of log(ratio)
     n: int
+    fixed: dict  # {feature: the value every measured trial had}: the model knows nothing of another value
+
+    def covers(self, params: dict, base_batch: int) -> bool:
+        """The trial's values lie where the model was measured: no feature it never saw vary differs."""
+        x = features(params, base_batch)
+        return all(abs(x[j] - v) <= 1e-12 for j, v in self.fixed.items())
 
     def predict(self, params: dict, base_batch: int) -> float:
         """The predicted ratio (the centre of the band)."""
@@ -77,7 +83,8 @@ def fit(measured: Sequence[tuple[dict, float]], base_batch: int) -> Optional[Fit
             return None  # one trial alone pins a coefficient: no honest band
         c = np.linalg.lstsq(A[keep], y[keep], rcond=None)[0]
         errors.append(float(A[i] @ c - y[i]))
-    return Fit(coef, columns, float(np.sqrt(np.mean(np.square(errors)))), len(rows))
+    fixed = {j: float(X[0, j]) for j in range(X.shape[1]) if j not in columns}
+    return Fit(coef, columns, float(np.sqrt(np.mean(np.square(errors)))), len(rows), fixed)
 
 
 def hindsight(rows) -> dict:

@@ -388,6 +388,10 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             if "stop" in done[number].user_attrs:  # where an earlier try ended the search
                 break
             search.rows.append(_row_of(done[number]))  # finished by an earlier try
+            if search.rows[-1].load_factor is not None:  # its probe too (read back: the run is finished), so the
+                got = probe(opts, base_steps, f"p{number:03d}")  # spend and the choice are the killed try's
+                if got is not None:
+                    search.probes.append(got)
             number += 1
             continue
         if number not in done and (trained >= opts.trials or number >= 3 * opts.trials
@@ -462,7 +466,7 @@ def predict(opts: Options, search: Search, params: dict, base_batch: int) -> tup
         known = space.predicted_cost(params)
         return known, known
     model = costmodel.fit([(r.params, r.ratio) for r in search.rows if r.state == "complete"], base_batch)
-    if model is None:
+    if model is None or not model.covers(params, base_batch):  # a lever value never measured: no guess
         return None, None
     return model.predict(params, base_batch), model.cheapest(params, base_batch)
 
@@ -481,7 +485,7 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
     base_val = {}
     measured = opts.by != "flops"
     for row in feasible[:opts.check_top]:
-        runs = (row.cost or 0.0) / search.baseline["cost"] if measured else (row.flops or 0.0) / search.baseline["flops"]
+        runs = (row.ratio or 0.0) if measured else (row.flops or 0.0) / search.baseline["flops"]  # as spent_runs
         ahead = len(opts.check_seeds) * (runs + (0.0 if base_val else 1.0))
         if search.spent_runs(measured) + ahead > opts.budget_runs * (1 + 1e-9):
             log.info(f"trial {row.number}: not checked: it would pass the budget of {opts.budget_runs:g} baseline runs")

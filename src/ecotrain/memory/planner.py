@@ -530,7 +530,12 @@ def applied(cfg, c: Candidate):
         if c.strategy == "fsdp":
             d["distributed"]["fsdp"]["reshard_after_forward"] = True
     d["precision"] = c.precision
-    return type(cfg).model_validate(d)
+    try:
+        return type(cfg).model_validate(d)
+    except ValueError as exc:  # pydantic's ValidationError: the user's settings refuse this plan's strategy or
+        # lever (chunked_loss=on under ZeRO-3); a ConfigError, so a strategy's search leaves it out in one line
+        why = next((e.get("msg", "") for e in getattr(exc, "errors", lambda: [])()), str(exc)).removeprefix("Value error, ")
+        raise ConfigError(f"the plan '{c.key}' is refused by the config: {why}") from None
 
 
 def log_choice(s: Search, batch: int) -> None:
