@@ -159,9 +159,9 @@ def test_a_measured_search_spends_its_budget_in_what_it_measured():
     s = Search(baseline={"val": 0.9, "cost": 2.0, "flops": 10.0, "samples": 100})
     s.rows.append(Row(0, "complete", {"batch": 500}, [], cost=0.5, flops=10.0))  # as many FLOPs, a quarter the energy
     s.probes.append({"run": "p", "cost": 0.3, "flops": 1.0})
-    assert s.spent_runs(True) == pytest.approx((2.0 + 0.5 + 0.3) / 2.0)
-    # under load: a trial counts its load-corrected ratio, a probe the reference probe's cost
+    assert s.spent_runs(True) == pytest.approx((2.0 + 0.5) / 2.0 + 1.0 / 10.0)  # the probe: its FLOPs share
+    # under load: a trial counts its load-corrected ratio, a probe still its FLOPs share
     s.rows.append(Row(1, "complete", {"batch": 500}, [], cost=1.5, ratio=0.25, flops=10.0, load_factor=3.0))
     s.probes.append({"run": "p001", "cost": 0.9, "flops": 1.0})
-    assert s.spent_runs(True) == pytest.approx(1.0 + 0.25 + 0.25 + 2 * 0.3 / 2.0)
+    assert s.spent_runs(True) == pytest.approx(1.0 + 0.25 + 0.25 + 2 * 1.0 / 10.0)
     assert s.spent_runs(False) == pytest.approx((10.0 + 10.0 + 1.0 + 10.0 + 1.0) / 10.0)  # FLOPs: what was counted

@@ -146,12 +146,13 @@ class Search:
     def spent_runs(self, measured: bool) -> float:
         """What the search has spent, in baseline runs: of FLOPs for a FLOPs search; of the measured `by`
         figure for a measured one (a trial of larger batches costs what it measured, not its FLOPs), under
-        the load the baseline ran in: a trial counts its load-corrected ratio and a probe the reference
-        probe's cost, so a busy machine does not spend the budget faster."""
+        the load the baseline ran in: a trial counts its load-corrected ratio and a probe its share of the
+        baseline's FLOPs (it is the baseline recipe, shortened), so neither a busy machine nor one noisy
+        reading of a short probe spends the budget faster."""
         if not measured:
             return self.spent_flops / self.baseline["flops"]
         base = self.baseline["cost"]
-        probes = len(self.probes) * self.probes[0]["cost"] / base if self.probes else 0.0
+        probes = sum(p["flops"] for p in self.probes) / self.baseline["flops"] if self.baseline["flops"] else 0.0
         return (1.0 + sum(r.ratio if r.ratio is not None else (r.cost or 0.0) / base for r in self.rows) + probes
                 + sum(c["cost"] for c in self.checks) / base)
 
@@ -395,7 +396,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             number += 1
             continue
         if number not in done and (trained >= opts.trials or number >= 3 * opts.trials
-                                   or search.spent_runs(measured) >= budget):
+                                   or (search.spent_runs(measured) >= budget and trained > 0)):  # one trial trains
             break
         reported: tuple = ()
         if number in done:  # left RUNNING by a killed try: continue it, same number, same values
