@@ -20,6 +20,7 @@ import errno
 import fcntl
 import os
 import stat
+import threading
 from pathlib import Path
 
 from ecotrain.errors import ConfigError
@@ -30,7 +31,9 @@ def open_lock(path: Path, what: str) -> int:
     is not a plain file ecotrain may write."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with _OPENING:  # a fork in another thread now would copy a descriptor the child does not close
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            _OWNED.add(fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP or path.is_symlink():
             raise ConfigError(f"{path}: the {what} lock is a symbolic link (to {os.readlink(path)}); ecotrain "
@@ -40,15 +43,22 @@ def open_lock(path: Path, what: str) -> int:
         raise ConfigError(f"{path}: cannot open the {what} lock ({exc.strerror or exc}); check the folder's "
                           "permissions") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+        unlock(fd)
         raise ConfigError(f"{path}: the {what} lock is not a regular file; remove it (ecotrain makes it as a file)")
     return fd
 
 
-_OWNED: set[int] = set()  # descriptors of the locks this process took (a forked child closes its copies)
+# Descriptors of lock files, from the moment they are opened: a forked child closes its copies at once.
+# A flock belongs to the open file description, so a copy a child kept (a child forked by another thread,
+# py-cpuinfo's, between the open and the flock) would hold the lock after the parent released it: the next
+# command in the folder was refused, "another ecotrain process (pid <ours>)" (CI). `_OPENING` makes the
+# open and the record one step as a fork sees them.
+_OWNED: set[int] = set()
+_OPENING = threading.Lock()
 
 
 def _drop_in_child() -> None:
+    _OPENING.release()
     for fd in _OWNED:
         try:
             os.close(fd)
@@ -58,11 +68,11 @@ def _drop_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_drop_in_child)
+    os.register_at_fork(before=_OPENING.acquire, after_in_parent=_OPENING.release, after_in_child=_drop_in_child)
 
 
 def unlock(fd: int) -> None:
-    """Release a lock `try_lock` took: close its descriptor."""
+    """Release a lock `try_lock` took (or give back a descriptor `open_lock` opened): close it."""
     _OWNED.discard(fd)
     os.close(fd)
 
@@ -71,13 +81,14 @@ def try_lock_folder(path: Path) -> int | None:
     """Lock a folder itself (flock on its own descriptor), without waiting: nothing is written into it,
     so a folder whose listing is the user's (tokenize's output) keeps it. The descriptor to `unlock`,
     or None when another process holds the folder."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    with _OPENING:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _OWNED.add(fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
+        unlock(fd)
         return None
-    _OWNED.add(fd)
     return fd
 
 

@@ -130,7 +130,7 @@ def acquire(path: Path) -> _Lease:
     fd = open_lock(path / LOCK, "run folder")
     if not try_lock(fd):
         pid = holder(fd)
-        os.close(fd)
+        unlock(fd)
         raise ConfigError(f"{path}: another ecotrain process (pid {pid}) is writing this run folder; "
                           "wait for it to end, or choose another --run-dir")
     lease = _HELD[key] = _Lease(fd, 1, created)
