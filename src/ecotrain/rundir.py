@@ -111,6 +111,7 @@ class _Lease:
     created: bool  # the folder was made to hold the lock: removed again when nothing else was written
 
 
+OWN_COPY_WAIT = 3.0  # seconds a command waits for a lock held under its own pid (a forked child's copy)
 _HELD: dict[str, _Lease] = {}  # this process's run-folder locks, by absolute path (re-entrant: CLI, then fit)
 if hasattr(os, "register_at_fork"):  # a forked child holds none of them (filelock.py closed its copies)
     os.register_at_fork(after_in_child=_HELD.clear)
@@ -128,6 +129,10 @@ def acquire(path: Path) -> _Lease:
     created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     fd = open_lock(path / LOCK, "run folder")
+    deadline = time.monotonic() + OWN_COPY_WAIT
+    while not try_lock(fd) and holder(fd) == str(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.02)  # our own pid: a copy of our last hold that a child forked from a thread (one about to
+        # exec or exit) still has; it goes within moments, so wait for it instead of refusing ourselves
     if not try_lock(fd):
         pid = holder(fd)
         unlock(fd)
