@@ -3,6 +3,7 @@ name in checkpoints, exact resume; and the engine defects found in review (one t
 
 import gc
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from torch import nn
 
 from ecotrain import Callback, fit
 from tests.helpers.killer import SigtermAt
+from ecotrain.checkpoint.format import read_checkpoint
 from ecotrain.errors import CheckpointError, ConfigError
 from ecotrain.methods import Method
 
@@ -122,14 +124,17 @@ def test_ema_resume_is_exact(tiny_cfg, tmp_path):
     full = fit(cfg, run_dir=tmp_path / "full")
     cut = fit(cfg, run_dir=tmp_path / "cut", callbacks=[SigtermAt(33)])
     assert cut.summary["stopped_because"] == "preempted" and cut.state.step == 34
+    saved = read_checkpoint(Path(cut.state.last_checkpoint))[1]["train_seconds"]  # read before the resume rotates it
     resumed = fit(cfg, run_dir=tmp_path / "cut", resume=cut.state.last_checkpoint)
     a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(tmp_path / "cut" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     ea, eb = (next(m for m in x.state.methods.methods if m.key == "ema") for x in (full, resumed))
     assert ea.updates == eb.updates == 60
     assert all(torch.equal(x, y) for x, y in zip(ea.shadow.state_dict().values(), eb.shadow.state_dict().values()))
-    # train_seconds covers both segments (it used to count only the last one)
-    assert resumed.summary["train_seconds"] > cut.state.train_seconds > 0
+    # train_seconds covers both segments (it used to count only the last one). The checkpoint's own
+    # figure is the yardstick: the cut run's final figure also counts writing that checkpoint, which
+    # can outlast the whole resumed segment (CI: 0.197 s cut vs 0.178 s total)
+    assert resumed.summary["train_seconds"] > saved > 0
     # and the rate is the whole run's steps over that whole time (a speed ratio would be timing-noisy)
     secs = resumed.summary["train_seconds"]
     assert resumed.summary["steps_per_second"] == pytest.approx(60 / secs, rel=0.02, abs=0.01)
