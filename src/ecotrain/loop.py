@@ -16,6 +16,7 @@ from ecotrain import startup
 from ecotrain.batch import MicroBatches, split, to_device
 from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
+from ecotrain.distributed import one_gather
 from ecotrain.errors import EcotrainError
 from ecotrain.memory.levers import is_oom, recover_from_oom
 from ecotrain.metrics import SumMetric, scalar
@@ -239,18 +240,19 @@ def evaluate(model, source, task, batch_size: int, device, precision=None, prefi
     metrics = task.metrics()
     loss_sum, units = None, 0
     on_device = device.type != "cpu"
-    for batch in iter_batches(source, batch_size):
-        if on_device:
-            batch = to_device(batch, device)
-        with precision.autocast() if precision else torch.autocast(device.type, enabled=False):
-            out = task.forward(model, batch)
-        loss = task.loss(out, batch, "sum").detach().float()
-        loss_sum = loss if loss_sum is None else loss_sum + loss
-        units = units + unit_count(task, batch)  # a tensor on the device: read with the loss below
-        if metrics:
-            preds, target = task.predictions(out), task.targets(batch)
-            for m in metrics.values():
-                m.update(preds, target)
+    with one_gather(model):  # ZeRO-2: gathered once for the pass, not once per batch
+        for batch in iter_batches(source, batch_size):
+            if on_device:
+                batch = to_device(batch, device)
+            with precision.autocast() if precision else torch.autocast(device.type, enabled=False):
+                out = task.forward(model, batch)
+            loss = task.loss(out, batch, "sum").detach().float()
+            loss_sum = loss if loss_sum is None else loss_sum + loss
+            units = units + unit_count(task, batch)  # a tensor on the device: read with the loss below
+            if metrics:
+                preds, target = task.predictions(out), task.targets(batch)
+                for m in metrics.values():
+                    m.update(preds, target)
     model.train(was_training)
     if loss_sum is None:
         loss_sum = torch.zeros((), device=device)

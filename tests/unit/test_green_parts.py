@@ -12,7 +12,7 @@ from ecotrain.green import space
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.confirm import check_seeds, payback_runs
 from ecotrain.green.output import pareto
-from ecotrain.green.search import at, gap_pruner
+from ecotrain.green.search import at, gap_pruner, pace
 
 CNN = "recipes/mnist1d_cnn.yaml"
 
@@ -96,6 +96,19 @@ def test_the_pruner_allows_more_early_and_the_tolerance_at_the_end():
     assert pruned(50, 0.06) and not pruned(50, 0.04)  # at 50%: 0.01 + 0.08 x 0.5 = 0.05
     assert pruned(75, 0.031) and not pruned(75, 0.029)
     assert not pruned(100, 0.5)  # the end: the constraint decides, not the pruner
+
+
+def test_a_schedule_of_fewer_steps_gets_a_wider_allowance():
+    study = optuna.create_study(pruner=gap_pruner(0.01))
+    def pruned(step, deficit, base_steps, trial_steps):
+        t = study.ask()
+        t.set_user_attr("pace", pace(base_steps, trial_steps))
+        t.report(deficit, step)
+        return t.should_prune()
+    assert pace(6000, 6000) == pace(6000, 9000) == 1.0 and pace(6000, 1500) == 2.0
+    assert pruned(50, 0.06, 6000, 6000) and pruned(50, 0.06, 6000, 12000)  # as long or longer: as before
+    assert not pruned(50, 0.06, 6000, 1500) and pruned(50, 0.091, 6000, 1500)  # 0.01 + 0.08 x 0.5 x 2 = 0.09
+    assert pruned(75, 0.5, 6000, 60)  # far behind is pruned however short
 
 
 def test_the_baseline_curve_is_read_at_a_fraction():
