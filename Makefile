@@ -42,7 +42,7 @@ speech:
 # (torch at one thread), so 2 cores run the suite in ~8 min instead of ~15. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser speech
-	$(BIN)/python -m pytest tests -m "not bench" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest tests -m "not bench" --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # Every bench program in its --quick mode (tests/integration/test_bench_quick.py, the `bench` tier): ~10 min
 # of CPU, so not in `make test`; CI runs it after the tests. The programs spread over both workers.
