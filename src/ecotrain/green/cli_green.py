@@ -1,5 +1,5 @@
 """`ecotrain green RECIPE`: search, choose on validation, confirm on fresh seeds, say what it cost
-(docs/green.md). green/commands.py parses the arguments; cli.py imports this module when the command
+(docs/green.md). green/commands.py parses the arguments; cli/program.py imports this module when the command
 runs."""
 
 from __future__ import annotations
