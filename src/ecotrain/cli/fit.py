@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ecotrain import threads
 from ecotrain.config import load_config
-from ecotrain.config_carbon import cli_overrides
+from ecotrain.config.carbon import cli_overrides
 from ecotrain.rundir import config_yaml
 from ecotrain.userpath import user_path
 

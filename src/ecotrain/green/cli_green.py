@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from ecotrain.config import load_config
-from ecotrain.config_carbon import cli_overrides
+from ecotrain.config.carbon import cli_overrides
 from ecotrain.errors import ConfigError
 from ecotrain.green import confirm as confirm_mod
 from ecotrain.green import costmodel
