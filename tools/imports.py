@@ -16,7 +16,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 
 # The floors of docs/architecture.md, bottom up. A module belongs to the floor of its longest prefix
-# (`memory.levers` is core, the rest of `memory` a wing; `cli_fit` a program through `cli`). A module may
+# (`memory.levers` is core, the rest of `memory` a wing; `cli.fit` a program through `cli`). A module may
 # import its own floor and the floors below it, never one above.
 FLOORS = {
     0: ("errors", "log", "version", "units", "filelock", "fsnames", "startup", "runfiles"),  # base
@@ -32,10 +32,9 @@ FLOORS = {
         "continual.update", "continual.lm",  # `ecotrain update` (a classifier's, a language model's): train, gate, register
         "green.search", "green.confirm",  # `ecotrain green`: the study's trials, the fresh-seed confirmation groups
         "speech.feedback", "speech.rounds"),  # `ecotrain speech-feedback`: the base, the rounds and their strategies
-    5: ("cli", "cli_fit", "cli_models", "cli_records", "cli_seeds", "__main__", "memory.worker",
-        "commands", "accounting.commands", "continual.commands", "export.commands", "green.commands",  # parsers
-        "memory.commands", "report.commands", "speech.commands", "fit_commands", "inference_commands",
-        "lrfind_commands", "tokenize_commands",
+    5: ("cli", "__main__", "memory.worker",  # cli: the parser, the registry, the handlers, fit's and others' parsers
+        "accounting.commands", "continual.commands", "export.commands", "green.commands",  # parsers
+        "memory.commands", "report.commands", "speech.commands",
         "continual.cli_continual", "green.cli_green", "speech.cli_speech", "export.cli_export"),  # programs
 }
 NAMES = {0: "base", 1: "core", 2: "methods", 3: "wings", 4: "assembly", 5: "programs"}

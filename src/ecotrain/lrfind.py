@@ -33,7 +33,7 @@ from ecotrain.seeding import deterministic_algorithms, seed_everything
 
 
 def cmd_lr_find(args, ctx) -> int:
-    """`ecotrain lr-find RECIPE [overrides]` (cli.py parses the arguments; `ctx`: its CommandContext)."""
+    """`ecotrain lr-find RECIPE [overrides]` (cli/program.py parses the arguments; `ctx`: its CommandContext)."""
     cfg = load_config(args.recipe, args.overrides)
     if args.steps < 10:
         raise ConfigError(f"--steps {args.steps}: at least 10 steps are needed to find a slope")

@@ -15,7 +15,7 @@ module spells a run file's name itself, so a rename or a new file is one change 
     memory_plan.json    memory.budget's choice (memory/planner.py); micro_batches.json: OOM recovery's count
     mlflow.json         the MLflow run's ids (tracking/mlflow_tracker.py); tensorboard/: its event files
     report.html         `ecotrain report`'s page (not the run's own: reading never depends on it)
-    error.log           the CLI's tracebacks (cli._failed)
+    error.log           the CLI's tracebacks (cli.program._failed)
     .ecotrain.lock      the one-writer lock (rundir.acquire)
 """
 

@@ -135,7 +135,7 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
             loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
         except BaseException as exc:
             run.cbs.on_exception(state, exc)
-            if isinstance(exc, (Exception, SystemExit)):  # where in training it failed, for the CLI's one line (cli._failed)
+            if isinstance(exc, (Exception, SystemExit)):  # where in training it failed, for the CLI's one line (cli/program)
                 exc.add_note(f"during training step {state.step + 1} (epoch {state.epoch})")
             raise
         if state.stopped_because == "preempted":

@@ -474,7 +474,7 @@ CASES += [
 ]
 
 
-# ---- config: YAML, dotted overrides, cross-field rules (config.py): one line naming the key ----
+# ---- config: YAML, dotted overrides, cross-field rules (config/__init__.py): one line naming the key ----
 CASES += [
     Case("recipe_unclosed_yaml", ["fit", "{tmp}/unclosed.yaml", *RUN], 2, ["unclosed.yaml", "line 3", "not valid YAML"],
          write("unclosed.yaml", "name: x\ndata: {name: digits\nmodel: {name: mlp}\n"), absent=NO_RUN),

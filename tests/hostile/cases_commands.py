@@ -195,7 +195,7 @@ CASES += [
 ]
 
 
-# ---- values the config accepts only if the code can use them; YAML that would hang or mislead (config.py) ----
+# ---- values the config accepts only if the code can use them; YAML that would hang or mislead (config/__init__.py) ----
 BOMB = """\
 a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
 b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]

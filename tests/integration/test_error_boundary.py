@@ -1,4 +1,4 @@
-"""The CLI's one error boundary (cli._failed): whatever fails inside a command, the terminal gets one
+"""The CLI's one error boundary (cli.program._failed): whatever fails inside a command, the terminal gets one
 line (what failed, the intact checkpoint and the resume command when there is one, where the
 traceback is), the traceback goes to RUN/error.log, `--debug` shows it; user code that calls
 sys.exit is a failure, never a silent success."""

@@ -1,7 +1,7 @@
 """Environments a user really has: no home folder (HOME unset and no passwd entry, an arbitrary
 container uid) and run folders whose names are not UTF-8 (made under another locale). Each gets the
 command's result, or one line and error.log; never a traceback, from the command or from the error
-boundary itself (cli._failed)."""
+boundary itself (cli.program._failed)."""
 
 import json
 import os

@@ -138,7 +138,7 @@ def test_comparison_report(driver, reports):
 
 
 def test_report_errors_are_one_line(tmp_path, capsys):
-    from ecotrain.cli import _main
+    from ecotrain.cli.program import _main
 
     assert _main(["report", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()

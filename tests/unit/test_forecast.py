@@ -8,7 +8,7 @@ import pytest
 from ecotrain.accounting.forecast import (chosen_slots, intensity_at, iso, parse_deadline, parse_time, plan,
                                           read_forecast)
 from ecotrain.accounting.ledger import timed_co2e
-from ecotrain.config_carbon import cli_overrides
+from ecotrain.config.carbon import cli_overrides
 from ecotrain.errors import ConfigError
 
 T0 = parse_time("2026-12-03T00:00:00Z", "t")
@@ -115,7 +115,7 @@ def test_a_real_wait_sleeps_and_a_stop_signal_ends_it(tmp_path):
     import time
 
     from ecotrain.accounting.timing import CarbonTiming
-    from ecotrain.config_carbon import CarbonConfig
+    from ecotrain.config.carbon import CarbonConfig
     from ecotrain.preemption import Preemption
 
     stop = Preemption()

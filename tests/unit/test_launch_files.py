@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ecotrain.cli import _parser
+from ecotrain.cli.program import _parser
 from ecotrain.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""A built-in method is registered in one place, its config section (config_methods.py): the section's
+"""A built-in method is registered in one place, its config section (config/methods.py): the section's
 `impl` names the Method class, `build_methods` imports it only when a recipe names the method."""
 
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from ecotrain import Config
-from ecotrain.config_methods import BUILTIN_METHODS, _Builtin
+from ecotrain.config.methods import BUILTIN_METHODS, _Builtin
 from ecotrain.methods import Method, build_methods, builtin_class
 
 # The fields each method requires, at their smallest; the rest are defaults.
@@ -20,7 +20,7 @@ NAMES = [cls.model_fields["name"].annotation.__args__[0] for cls in BUILTIN_METH
 
 
 def test_every_section_names_a_method_class_of_its_own_module():
-    assert len(NAMES) == len(set(NAMES)) == 18  # the sections defined in config_methods.py, each once
+    assert len(NAMES) == len(set(NAMES)) == 18  # the sections defined in config/methods.py, each once
     for cls in BUILTIN_METHODS:
         module, _, name = cls.impl.partition(":")
         assert module.startswith("ecotrain.methods.") and name, cls.impl
@@ -41,7 +41,7 @@ def test_a_new_section_registers_itself_and_only_a_section_with_impl_does():
     class _Shared(_Builtin):  # a base shared by sections (as _FromSection is): no impl, not a method
         pass
 
-    from ecotrain.config_methods import _REGISTERED
+    from ecotrain.config.methods import _REGISTERED
 
     class ToyConfig(_Shared):
         name: Literal["toy"]
@@ -60,8 +60,8 @@ def test_an_unknown_name_is_refused_with_the_builtin_names():
 
 
 def test_parsing_a_recipe_with_methods_imports_neither_torch_nor_their_modules():
-    code = ("import sys\nfrom ecotrain.config_methods import BUILTIN_METHODS\n"
-            "from pydantic import TypeAdapter\nfrom ecotrain.config_methods import MethodConfig\n"
+    code = ("import sys\nfrom ecotrain.config.methods import BUILTIN_METHODS\n"
+            "from pydantic import TypeAdapter\nfrom ecotrain.config.methods import MethodConfig\n"
             "TypeAdapter(list[MethodConfig]).validate_python([{'name': 'ema'}, {'name': 'qat'}])\n"
             "loaded = [m for m in sys.modules if m == 'torch' or m.startswith('ecotrain.methods')]\n"
             "assert not loaded, loaded")

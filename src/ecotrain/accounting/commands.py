@@ -1,6 +1,6 @@
 """The arguments of the commands that read cost ledgers: `ledger` (report.py) and `compare` (compare.py;
 docs/evaluation.md). Argparse only, no torch: imported to parse its command, before torch
-(ecotrain/commands.py lists the commands); the handlers are in cli_records.py."""
+(ecotrain/cli/commands.py lists the commands); the handlers are in cli/records.py."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.config_carbon import FORECAST_FILE
+from ecotrain.config.carbon import FORECAST_FILE
 from ecotrain.errors import ConfigError
 from ecotrain.userpath import user_path
 

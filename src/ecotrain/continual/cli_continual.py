@@ -1,5 +1,5 @@
 """The bodies of continual updates' commands: update, versions, promote, rollback, review-queue
-(docs/updates.md). continual/commands.py parses their arguments; cli.py imports this module when one
+(docs/updates.md). continual/commands.py parses their arguments; cli/program.py imports this module when one
 of them runs. Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext, whose
 `preemption` (the stop-signal handler) `update` trains under."""
 

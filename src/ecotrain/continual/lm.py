@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
-from ecotrain.config_tokens import SIDECAR
+from ecotrain.config.tokens import SIDECAR
 from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ecotrain.config_tokens import SIDECAR, TokensMeta
+from ecotrain.config.tokens import SIDECAR, TokensMeta
 from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.errors import DataError
 from ecotrain.filelock import try_lock_folder, unlock

@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ecotrain.config_tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, TokensOptions, parse
+from ecotrain.config.tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, TokensOptions, parse
 from ecotrain.data.packing import document_mask, mask_boundaries
 from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle

@@ -1,5 +1,5 @@
 """The arguments of the commands that ship a run: `export` (cli_export.py; docs/export.md) and `card`
-(card.py). Argparse only, no torch: imported to parse its command, before torch (ecotrain/commands.py
+(card.py). Argparse only, no torch: imported to parse its command, before torch (ecotrain/cli/commands.py
 lists the commands)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`ecotrain green RECIPE`: search, choose on validation, confirm on fresh seeds, say what it cost
-(docs/green.md). green/commands.py parses the arguments; cli.py imports this module when the command
+(docs/green.md). green/commands.py parses the arguments; cli/program.py imports this module when the command
 runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from ecotrain.config import load_config
-from ecotrain.config_carbon import cli_overrides
+from ecotrain.config.carbon import cli_overrides
 from ecotrain.errors import ConfigError
 from ecotrain.green import confirm as confirm_mod
 from ecotrain.green import costmodel

@@ -1,6 +1,6 @@
 """`ecotrain plan RECIPE`'s arguments (docs/memory.md). Argparse only, no torch: imported to parse the
-command, before torch (ecotrain/commands.py lists the commands). The body, the estimate and the measured
-search (estimate.py, measure.py, planner.py), runs from cli_models.cmd_plan."""
+command, before torch (ecotrain/cli/commands.py lists the commands). The body, the estimate and the measured
+search (estimate.py, measure.py, planner.py), runs from cli.models.cmd_plan."""
 
 from __future__ import annotations
 

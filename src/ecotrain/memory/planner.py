@@ -525,7 +525,7 @@ def applied(cfg, c: Candidate):
         d["memory"]["optimizer_offload"] = "on"
     if c.eval_batch is not None:
         d["memory"]["eval_batch_size"] = c.eval_batch
-    if c.strategy is not None:  # zero2 is read as fsdp with reshard_after_forward=false (config_run)
+    if c.strategy is not None:  # zero2 is read as fsdp with reshard_after_forward=false (config/run.py)
         d["distributed"]["strategy"] = c.strategy
         if c.strategy == "fsdp":
             d["distributed"]["fsdp"]["reshard_after_forward"] = True

@@ -2,7 +2,7 @@
 in the config.
 
 Add a built-in method (two files): its module here, a Method subclass built as `Class(entry, run,
-trained)` (base.py), and its section in config_methods.py, a `_Builtin` subclass with `name:
+trained)` (base.py), and its section in config/methods.py, a `_Builtin` subclass with `name:
 Literal["mine"]` and `impl = "ecotrain.methods.mine:Mine"`; defining the section registers it, and
 `build_methods` imports the class only when a recipe names it. A third-party method needs neither:
 `methods: [{name: pkg.module:MyMethod, **kwargs}]` (`_user_method`)."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from ecotrain.config_methods import UserMethodConfig
+from ecotrain.config.methods import UserMethodConfig
 from ecotrain.data.builtin import describe, import_object
 from ecotrain.errors import ConfigError, DataError
 from ecotrain.methods.base import Method, Methods, TrainedRuns

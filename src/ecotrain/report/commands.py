@@ -1,6 +1,6 @@
 """The arguments of the commands that report on finished runs: `report` (__init__.py; docs/report.md) and
 `bn-report` (methods/batchnorm.py's report). Argparse only, no torch: imported to parse its command, before
-torch (ecotrain/commands.py lists the commands); the handlers are in cli_records.py and cli_models.py."""
+torch (ecotrain/cli/commands.py lists the commands); the handlers are in cli/records.py and cli/models.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ DPI = 100
 
 def load_matplotlib():
     """matplotlib's Figure and Agg canvas (the `report` extra), imported with SIGINT and SIGTERM held
-    back. Raised inside this import, the KeyboardInterrupt of a stop signal (cli.py: commands that do
+    back. Raised inside this import, the KeyboardInterrupt of a stop signal (cli/program.py: commands that do
     not train stop at once) can be swallowed where a C extension imports numpy and turned into an
     ImportError, leaving half-imported modules that fail later with an unrelated error (exit 1, or
     "needs matplotlib") instead of 130. Held back, the signal arrives as soon as the import is done."""

@@ -1,6 +1,6 @@
 """The bodies of `ecotrain data speech-digits --out DIR` (make the dataset) and
 `ecotrain speech-feedback RECIPE [overrides] --out DIR` (base + feedback rounds; docs/speech.md).
-speech/commands.py parses their arguments; cli.py imports this module when one of them runs."""
+speech/commands.py parses their arguments; cli/program.py imports this module when one of them runs."""
 
 from __future__ import annotations
 

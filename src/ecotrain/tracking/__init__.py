@@ -1,6 +1,6 @@
 """Trackers beside metrics.jsonl: MLflow and TensorBoard, each an optional extra, each a Callback.
 
-Chosen in the config (`tracking: {mlflow: {...}, tensorboard: {...}}`, config.py `TrackingConfig`);
+Chosen in the config (`tracking: {mlflow: {...}, tensorboard: {...}}`, config/__init__.py `TrackingConfig`);
 `run_callbacks(ctx)` is the tracking wing (wings.py). The trackers run on rank 0 only and
 their modules (and mlflow / tensorboard) are imported only when chosen: a run without trackers
 never imports them. A tracker chosen but not installed is one ConfigError line naming the extra.

@@ -1,5 +1,5 @@
 """The `carbon:` section: time a run by a grid carbon-intensity forecast (accounting/forecast.py,
-accounting/timing.py; docs/green.md). Kept apart from config.py, which only holds the field."""
+accounting/timing.py; docs/green.md). Kept apart from config/__init__.py, which only holds the field."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field
 
-from ecotrain.config_base import Section
+from ecotrain.config.base import Section
 from ecotrain.userpath import user_path
 
 FORECAST_FILE = "give a forecast file: Carbon Aware SDK or ElectricityMaps JSON, or a CSV of time,gCO2e/kWh rows"

@@ -1,6 +1,6 @@
-"""The arguments of the commands that train a recipe or continue a run: `fit` (cli_fit.py, cli_seeds.py)
+"""The arguments of the commands that train a recipe or continue a run: `fit` (cli/fit.py, cli/seeds.py)
 and `resume` (entry.resume_run). Argparse only, no torch: imported to parse its command, before torch
-(ecotrain/commands.py lists the commands)."""
+(ecotrain/cli/commands.py lists the commands)."""
 
 from __future__ import annotations
 

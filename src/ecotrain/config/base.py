@@ -1,5 +1,5 @@
 """The strict base of every config section, and the model section (shared by a run and by a
-distillation teacher). Kept apart from config.py so that the method configs (config_methods.py) can
+distillation teacher). Kept apart from config/__init__.py so that the method configs (config/methods.py) can
 use them without an import cycle."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The bodies of the commands that read runs' records and import no torch: `ledger`, `compare`,
-`report` (cli.py parses the arguments and dispatches here).
+`report` (cli/program.py parses the arguments and dispatches here).
 
-Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext (cli.py); `report` calls
+Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext (cli/program.py); `report` calls
 `ctx.committed()` once its page is written.
 """
 

@@ -15,13 +15,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ecotrain.errors import ConfigError
 from ecotrain.userpath import user_path
-from ecotrain.config_base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
-from ecotrain.config_carbon import CarbonConfig
-from ecotrain.config_memory import EveryN, MemoryConfig, NamedModules  # noqa: F401 (re-exported)
-from ecotrain.config_run import (  # noqa: F401 (re-exported)
+from ecotrain.config.base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
+from ecotrain.config.carbon import CarbonConfig
+from ecotrain.config.memory import EveryN, MemoryConfig, NamedModules  # noqa: F401 (re-exported)
+from ecotrain.config.run import (  # noqa: F401 (re-exported)
     CheckpointConfig, DistributedConfig, FsdpConfig, PreemptionConfig)
 from ecotrain.data_formats import data_format
-from ecotrain.config_methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
+from ecotrain.config.methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,
     PruneConfig, QatConfig, ReplayConfig, EwcConfig, LwfConfig, AdaptersConfig, AverageConfig, MethodConfig,
@@ -314,7 +314,7 @@ class Config(_Section):
     methods: list[MethodConfig] = Field(default_factory=list)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    carbon: CarbonConfig = Field(default_factory=CarbonConfig)  # timing by a grid forecast (config_carbon.py)
+    carbon: CarbonConfig = Field(default_factory=CarbonConfig)  # timing by a grid forecast (config/carbon.py)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @field_validator("name")

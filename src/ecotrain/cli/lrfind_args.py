@@ -1,5 +1,5 @@
 """`ecotrain lr-find RECIPE`'s arguments. Argparse only, no torch: imported to parse the command, before
-torch (ecotrain/commands.py lists the commands); the range test is lrfind.py, imported when it runs."""
+torch (ecotrain/cli/commands.py lists the commands); the range test is lrfind.py, imported when it runs."""
 
 from __future__ import annotations
 

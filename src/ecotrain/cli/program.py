@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ecotrain import startup
-from ecotrain.commands import BY_NAME, COMMANDS, TRAINS
+from ecotrain.cli.commands import BY_NAME, COMMANDS, TRAINS
 from ecotrain.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
 from ecotrain.fsnames import shown, tolerant_streams
 from ecotrain.log import setup_cli_logging
@@ -208,7 +208,7 @@ def _resume_hint(args) -> str:
     try:  # the run folder may be the very path that failed (a name too long, a loop of links)
         if args.command not in TRAINS or str(run) in ("", ".") or not RunFiles(run).checkpoints.is_dir():
             return ""
-        from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli.py must not
+        from ecotrain.checkpoint import list_checkpoints  # here: it imports torch, which cli/program.py must not
 
         ckpts = list_checkpoints(run)  # newest first
     except Exception:  # noqa: BLE001 - a hint, part of the error boundary: never its own traceback
@@ -223,7 +223,7 @@ def _user_frame(exc: BaseException) -> str:
     import traceback
 
     try:
-        here = Path(__file__).resolve().parent
+        here = Path(__file__).resolve().parents[1]  # the ecotrain package, not only cli/
         libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
         frames = traceback.extract_tb(exc.__traceback__)
     except Exception:  # noqa: BLE001 - part of the error boundary: a frame less, never a traceback
@@ -242,7 +242,7 @@ def _user_frame(exc: BaseException) -> str:
 
 
 def _cache_folder() -> Path | None:
-    from ecotrain.data.cache import cache_dir  # here: it imports torch, which cli.py must not
+    from ecotrain.data.cache import cache_dir  # here: it imports torch, which cli/program.py must not
 
     return cache_dir()  # None: no home folder (data/cache.py)
 

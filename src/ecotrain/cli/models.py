@@ -1,7 +1,7 @@
 """The bodies of the commands that load torch: `resume`, `plan`, `eval`, `predict`, `bn-report`
-(cli.py parses the arguments and dispatches here, so `ecotrain --help` does not import this module).
+(cli/program.py parses the arguments and dispatches here, so `ecotrain --help` does not import this module).
 
-Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext (cli.py), with the stop-signal
+Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext (cli/program.py), with the stop-signal
 handler, `committed()` (a command's file is in place) and `trained(code)` (a finished torchrun worker).
 """
 

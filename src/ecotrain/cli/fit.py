@@ -1,8 +1,8 @@
-"""`ecotrain fit RECIPE [overrides]`: the command's body (cli.py parses the arguments and dispatches here).
+"""`ecotrain fit RECIPE [overrides]`: the command's body (cli/program.py parses the arguments and dispatches here).
 
 The modules imported at the top are light (no torch): the thread count must be set in the
 environment before torch is imported (threads.py), so the trainer is imported once it is. Seed
-groups and paired comparisons (`--seeds`, `--baseline`: cli_seeds.py) are imported only when asked
+groups and paired comparisons (`--seeds`, `--baseline`: cli/seeds.py) are imported only when asked
 for: a plain `fit` does not pay for their modules before its first step (bench/startup.py).
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from ecotrain import threads
 from ecotrain.config import load_config
-from ecotrain.config_carbon import cli_overrides
+from ecotrain.config.carbon import cli_overrides
 from ecotrain.rundir import config_yaml
 from ecotrain.userpath import user_path
 
 
 def cmd_fit(args, ctx) -> int:
-    """`ctx`: the CLI's CommandContext (cli.py): the stop-signal handler, and the record of a finished
+    """`ctx`: the CLI's CommandContext (cli/program.py): the stop-signal handler, and the record of a finished
     torchrun worker."""
     if getattr(args, "carbon_forecast", None) or getattr(args, "deadline", None):
         args.overrides = [*args.overrides, *cli_overrides(args.carbon_forecast, args.deadline)]
@@ -46,7 +46,7 @@ def cmd_fit(args, ctx) -> int:
 
     if getattr(args, "baseline", None) or getattr(args, "until_decided", False) \
             or getattr(args, "seeds", None) is not None:
-        from ecotrain.cli_seeds import fit_seed_groups  # here: seed groups only (see the docstring)
+        from ecotrain.cli.seeds import fit_seed_groups  # here: seed groups only (see the docstring)
 
         return fit_seed_groups(args, cfg.name, trainer)
     return trainer(args.recipe, cfg)(args.overrides, args.run_dir)  # the config parsed above, not parsed again

@@ -1,6 +1,6 @@
 """The `methods:` entries of a config: one section per module under methods/, joined into
 `MethodConfig`, a pydantic union discriminated by `name`; a name with ':' (`pkg.module:MyMethod`) is a
-third-party method (`UserMethodConfig`). config.py re-exports every name here.
+third-party method (`UserMethodConfig`). config/__init__.py re-exports every name here.
 
 A built-in method is registered once, by its section: a `_Builtin` subclass whose `name` is its recipe
 name and whose `impl` is its class as 'module:Class' (methods/__init__.py imports it only when a recipe
@@ -12,8 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from ecotrain.config_base import ModelConfig
-from ecotrain.config_base import Section as _Section
+from ecotrain.config.base import ModelConfig
+from ecotrain.config.base import Section as _Section
 
 _REGISTERED: list[type["_Builtin"]] = []  # every built-in method's section, in the order of this file
 

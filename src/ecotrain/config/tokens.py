@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, ValidationError
 
-from ecotrain.config_base import Section
+from ecotrain.config.base import Section
 
 MAX_VOCAB = 1 << 32  # uint32 ids: nothing larger fits the files
 TOKEN_DTYPES = ("uint16", "uint32")

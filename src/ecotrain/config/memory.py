@@ -7,7 +7,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from ecotrain.config_base import Section as _Section
+from ecotrain.config.base import Section as _Section
 from ecotrain.units import parse_bytes
 
 

@@ -1,5 +1,5 @@
 """`ecotrain tokenize CORPUS --out DIR`'s arguments. Argparse only, no tokenizers or torch: imported to
-parse the command (ecotrain/commands.py lists the commands); the body is cli_tokenize.py (data/corpus.py),
+parse the command (ecotrain/cli/commands.py lists the commands); the body is cli/corpus.py (data/corpus.py),
 imported when it runs."""
 
 from __future__ import annotations

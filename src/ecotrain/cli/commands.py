@@ -2,7 +2,7 @@
 them: its name, its one-line help, the function that adds its arguments to its subparser, and its
 handler. The arguments' function lives beside the command's feature, in its owner's light module
 (`memory/commands.py` for plan, argparse only, no torch); the handler's module imports torch at its top.
-Both are named as "module:function" and imported only when their command is parsed or run (cli.py), so
+Both are named as "module:function" and imported only when their command is parsed or run (cli/program.py), so
 `ecotrain --help` imports none of them and `ecotrain fit` only fit's parser.
 
 A new command: its arguments' function in its owner's commands module, its handler, and a line here."""
@@ -40,21 +40,21 @@ def _load(where: str):
 _CONTINUAL = "ecotrain.continual.commands"  # docs/updates.md
 _UPDATES = "ecotrain.continual.cli_continual"
 COMMANDS: tuple[Command, ...] = (
-    Command("fit", "train a recipe", "ecotrain.fit_commands:fit", "ecotrain.cli_fit:cmd_fit", trains=True),
+    Command("fit", "train a recipe", "ecotrain.cli.fit_args:fit", "ecotrain.cli.fit:cmd_fit", trains=True),
     Command("plan", "print the memory a recipe needs (parameters, gradients, optimizer, activations)",
-            "ecotrain.memory.commands:plan", "ecotrain.cli_models:cmd_plan"),
-    Command("resume", "continue a run from its newest valid checkpoint", "ecotrain.fit_commands:resume",
-            "ecotrain.cli_models:cmd_resume", trains=True),
+            "ecotrain.memory.commands:plan", "ecotrain.cli.models:cmd_plan"),
+    Command("resume", "continue a run from its newest valid checkpoint", "ecotrain.cli.fit_args:resume",
+            "ecotrain.cli.models:cmd_resume", trains=True),
     Command("ledger", "print a run's cost ledger; --regions restates its CO2e on other grids",
-            "ecotrain.accounting.commands:ledger", "ecotrain.cli_records:cmd_ledger"),
+            "ecotrain.accounting.commands:ledger", "ecotrain.cli.records:cmd_ledger"),
     Command("compare", "baseline vs candidate runs (seed groups): means with 95%% intervals and a verdict (exit 0 "
             "PASS, 1 FAIL or INCONCLUSIVE; docs/evaluation.md)", "ecotrain.accounting.commands:compare",
-            "ecotrain.cli_records:cmd_compare"),
+            "ecotrain.cli.records:cmd_compare"),
     Command("eval", "evaluate a trained model (run or checkpoint folder) in eval mode; prints and writes its metrics "
-            "(RUN/eval-<label>.json)", "ecotrain.inference_commands:evaluate", "ecotrain.cli_models:cmd_eval"),
+            "(RUN/eval-<label>.json)", "ecotrain.cli.inference_args:evaluate", "ecotrain.cli.models:cmd_eval"),
     Command("predict", "write a trained model's predictions with class probabilities (CSV); a language model's "
-            "continuations of prompts (--prompt, docs/lm.md)", "ecotrain.inference_commands:predict",
-            "ecotrain.cli_models:cmd_predict"),
+            "continuations of prompts (--prompt, docs/lm.md)", "ecotrain.cli.inference_args:predict",
+            "ecotrain.cli.models:cmd_predict"),
     Command("export", "trace a run's weights with torch.export (.pt2) or to ONNX, check it against the eager model "
             "on the test split (export.json) and write the model card (docs/export.md)",
             "ecotrain.export.commands:export", "ecotrain.export.cli_export:cmd_export"),
@@ -62,13 +62,13 @@ COMMANDS: tuple[Command, ...] = (
             "co2_eq_emissions from the ledger", "ecotrain.export.commands:card",
             "ecotrain.export.card:cmd_card"),  # reads finished runs: no torch
     Command("bn-report", "print a run's BatchNorm report (methods: [{name: batchnorm}])",
-            "ecotrain.report.commands:bn_report", "ecotrain.cli_models:cmd_bn_report"),
+            "ecotrain.report.commands:bn_report", "ecotrain.cli.models:cmd_bn_report"),
     Command("report", "write report.html: learning curves, a fit diagnosis, cost, environment; several runs: "
-            "comparison and verdict", "ecotrain.report.commands:report", "ecotrain.cli_records:cmd_report"),
+            "comparison and verdict", "ecotrain.report.commands:report", "ecotrain.cli.records:cmd_report"),
     Command("tokenize", "a text corpus into token files (train/val .bin, tokenizer.json, tokens.json) for "
-            "data.name=tokens:DIR", "ecotrain.tokenize_commands:tokenize", "ecotrain.cli_tokenize:cmd_tokenize"),
+            "data.name=tokens:DIR", "ecotrain.cli.tokenize_args:tokenize", "ecotrain.cli.corpus:cmd_tokenize"),
     Command("lr-find", "LR range test: a plot and a suggested peak LR (writes no run folder)",
-            "ecotrain.lrfind_commands:lr_find", "ecotrain.lrfind:cmd_lr_find"),
+            "ecotrain.cli.lrfind_args:lr_find", "ecotrain.lrfind:cmd_lr_find"),
     Command("update", "train a new version from BASE on NEW_DATA, gate it, promote or reject it",
             f"{_CONTINUAL}:update", f"{_UPDATES}:cmd_update", trains=True),
     Command("versions", "list the registry's versions; `versions add RUN` registers a finished run; `versions show "
@@ -95,7 +95,7 @@ def by_name(commands=COMMANDS) -> dict[str, Command]:
     named: dict[str, Command] = {}
     for c in commands:
         if c.name in named:
-            raise ValueError(f"command {c.name!r} is registered twice (ecotrain/commands.py)")
+            raise ValueError(f"command {c.name!r} is registered twice (ecotrain/cli/commands.py)")
         named[c.name] = c
     return named
 

@@ -1,7 +1,7 @@
 """The arguments of the commands that run a trained model: `eval` and `predict` (inference.py; a language
 model's continuations: export/generate.py; a registry's deployment: continual/serve.py). Argparse only, no
-torch: imported to parse its command, before torch (ecotrain/commands.py lists the commands); the handlers
-are in cli_models.py."""
+torch: imported to parse its command, before torch (ecotrain/cli/commands.py lists the commands); the handlers
+are in cli/models.py."""
 
 from __future__ import annotations
 

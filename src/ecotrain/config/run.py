@@ -1,6 +1,6 @@
 """The run's survival sections of the config: `checkpoint:`, `preemption:` and `distributed:`
 (callbacks/checkpointing.py, preemption.py, distributed.py; docs/distributed.md). Kept apart from
-config.py, which only holds the fields; `ecotrain.config` re-exports them."""
+config/__init__.py, which only holds the fields; `ecotrain.config` re-exports them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from ecotrain.config_base import Section as _Section
+from ecotrain.config.base import Section as _Section
 
 
 class CheckpointConfig(_Section):
