@@ -81,6 +81,17 @@ def test_the_search_never_proposes_pruning_with_ema():
     assert on == {"prune": 0.3} and off == {"prune": 0.0, "ema": True}
 
 
+def test_the_lr_factor_multiplies_the_batch_rule():
+    cfg = load_config(CNN)  # lr 0.01, batch 100
+    lr = lambda params: load_config(CNN, space.to_overrides(cfg, params, base_samples=600_000)).optim.lr  # noqa: E731
+    assert lr({"samples": 0.5}) == lr({"samples": 0.5, "lr": 1.0}) == 0.01
+    assert lr({"samples": 0.5, "lr": 2.0}) == pytest.approx(0.02)
+    assert lr({"samples": 0.5, "batch": 500, "lr": 1.4}) == pytest.approx(0.01 * 5 ** 0.5 * 1.4, rel=1e-5)
+    assert lr({"samples": 0.5, "batch": 50, "lr": 0.7}) == pytest.approx(0.007)  # a smaller batch: the factor only
+    # cost-neutral: the FLOPs prediction and the cost model's features ignore it
+    assert space.predicted_cost({"samples": 0.4, "lr": 2.0}) == 0.4
+
+
 def test_a_short_schedule_gets_a_short_warmup():
     over = space.to_overrides(load_config(CNN), {"samples": 0.001, "batch": 100}, base_samples=600_000)
     assert "schedule.warmup=0" in over and "loop.max_steps=6" in over

@@ -1,7 +1,7 @@
 """The levers `ecotrain green` may pull on a recipe, and how a trial's choice becomes overrides.
 
 A lever applies to a recipe or it does not (`levers(cfg)` says which, and why not): the schedule
-and the batch size apply to every recipe with a step or epoch budget; the width to the built-in
+and the batch size apply to every recipe with a step or epoch budget, the LR factor to every recipe; the width to the built-in
 models; structured pruning to `cnn` and `mlp`; selective backprop to a classification task; EMA and
 the stability stop to any run with a validation split. Each trial's values become dotted overrides
 of the recipe (`to_overrides`), so every trial is an ordinary `ecotrain fit` run and the chosen one
@@ -28,11 +28,14 @@ BATCH_FRACTIONS = (0.16, 0.25, 0.32, 0.5, 0.75, 1.0)  # of the baseline's batch 
 # (a larger batch takes the LR up by the square root of its growth, `to_overrides`)
 BATCH_GROWTH = (2.0, 3.0, 5.0)
 WIDTH_FACTORS = (0.6, 0.8, 1.0)
+# the LR, times the batch rule's: a short schedule of few, large steps wants more than the square root
+# of its batch growth (docs/efficiency.md: batch 500 x 1000 steps did best at 3x the LR, not 2.24x)
+LR_FACTORS = (0.7, 1.0, 1.4, 2.0)
 PRUNE_AMOUNTS = (0.0, 0.3)  # structured, reached by mid-run
 KEEP = (1.0, 0.5, 0.3)  # selective backprop: 1.0 is off
 MIN_BATCH = 8
 WIDTH_KEYS = {"cnn": ("channels", 25), "mlp": ("hidden", [128, 128]), "resnet": ("widths", [32, 64, 128])}
-ALL = ("schedule", "batch", "width", "prune", "selective", "ema", "stability")
+ALL = ("schedule", "batch", "lr", "width", "prune", "selective", "ema", "stability")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ def levers(cfg, only: Optional[list[str]] = None) -> tuple[list[Lever], dict[str
         raise ConfigError("ecotrain green: the recipe needs a validation split (data.val_split > 0): the search "
                           "chooses on validation accuracy only")
     table = {"schedule": "training samples as a fraction of the baseline's", "batch": "batch size (a larger one with the LR x the square root of its growth)",
+             "lr": "the learning rate x a factor (after the batch size's rule)",
              "width": "model width", "prune": "structured pruning of channels by mid-run",
              "selective": "selective backprop (backpropagate the hardest fraction)",
              "ema": "evaluate an EMA of the weights", "stability": "stop once validation loss is stable"}
@@ -90,6 +94,8 @@ def suggest(trial, chosen: list[Lever], base_batch: int, largest: int = 0) -> di
         p["samples"] = trial.suggest_float("samples", *(SAMPLES_MEASURED if largest else SAMPLES), log=True)
     if "batch" in names:
         p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch, largest))
+    if "lr" in names:
+        p["lr"] = trial.suggest_categorical("lr", list(LR_FACTORS))
     if "width" in names:
         p["width"] = trial.suggest_categorical("width", list(WIDTH_FACTORS))
     if "prune" in names:
@@ -123,8 +129,11 @@ def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[s
     batch = int(params.get("batch", cfg.data.batch_size))
     if batch != cfg.data.batch_size:
         out.append(f"data.batch_size={batch}")
+    lr = cfg.optim.lr * params.get("lr", 1.0)
     if batch > cfg.data.batch_size:  # the square-root rule for Adam-like optimizers; a smaller batch keeps the LR
-        out.append(f"optim.lr={cfg.optim.lr * (batch / cfg.data.batch_size) ** 0.5:.6g}")
+        lr *= (batch / cfg.data.batch_size) ** 0.5
+    if lr != cfg.optim.lr:
+        out.append(f"optim.lr={lr:.6g}")
     samples = params.get("samples", 1.0) * base_samples
     steps = max(evals, round(samples / batch))
     out += [f"loop.max_steps={steps}", "loop.max_epochs=null", f"loop.eval_every={max(1, -(-steps // evals))}"]
