@@ -12,7 +12,7 @@ from ecotrain.green import space
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.confirm import check_seeds, payback_runs
 from ecotrain.green.output import pareto
-from ecotrain.green.search import at, gap_pruner, pace
+from ecotrain.green.search import Row, at, gap_pruner, pace, skip_reason
 
 CNN = "recipes/mnist1d_cnn.yaml"
 
@@ -120,6 +120,22 @@ def test_a_schedule_of_fewer_steps_gets_a_wider_allowance():
     assert pruned(50, 0.06, 6000, 6000) and pruned(50, 0.06, 6000, 12000)  # as long or longer: as before
     assert not pruned(50, 0.06, 6000, 1500) and pruned(50, 0.091, 6000, 1500)  # 0.01 + 0.08 x 0.5 x 2 = 0.09
     assert pruned(75, 0.5, 6000, 60)  # far behind is pruned however short
+
+
+def test_a_trial_that_cannot_beat_the_best_feasible_or_the_baseline_is_skipped():
+    def row(ratio, feasible):
+        r = Row(0, "complete", {}, [])
+        r.ratio, r.feasible = ratio, feasible
+        return r
+    none_feasible = [row(0.3, False)]
+    # measured: the baseline (1x) is the yardstick before any trial is feasible
+    assert skip_reason(2.7, 1.1, none_feasible, measured=True) == (
+        "predicted 2.700x, no cheaper than the baseline (the fitted cost model's cheap end: 1.100x)")
+    assert skip_reason(2.7, 0.9, none_feasible, measured=True) is None  # its band reaches under 1x: trained
+    assert skip_reason(2.7, 1.1, none_feasible, measured=False) is None  # counted FLOPs: nothing feasible yet
+    rows = [row(0.6, True), row(0.4, False)]
+    assert skip_reason(0.7, 0.7, rows, measured=False) == "predicted 0.700x, no cheaper than the best feasible 0.600x"
+    assert skip_reason(0.7, 0.55, rows, measured=True) is None and skip_reason(None, None, rows, True) is None
 
 
 def test_the_baseline_curve_is_read_at_a_fraction():

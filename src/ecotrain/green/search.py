@@ -423,19 +423,17 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
         row = Row(number, "", params, overrides)
         predicted, cheapest = predict(opts, search, params, base_cfg.data.batch_size)
-        best = min((r.ratio for r in search.rows if r.feasible), default=None)
         if predicted is not None and not measured and search.spent_runs(measured) + predicted > budget:
             trial.set_user_attr("stop", "budget")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             log.info(f"trial {number}: stop: {params} would pass the budget of {opts.budget_runs:g} baseline runs")
             break
-        if cheapest is not None and best is not None and cheapest >= best:
+        why = skip_reason(predicted, cheapest, search.rows, measured)
+        if why:
             # not trained: its cost is known (or the fitted model's cheap end is) and no lower than the best
             # feasible one's. Told to the sampler as that cost (not as a failure, which TPE ignores and would
             # propose again)
-            row.state, row.why = "skipped", (f"predicted {predicted:.3f}x, no cheaper than the best feasible {best:.3f}x"
-                                             + ("" if cheapest == predicted else
-                                                f" (the fitted cost model's cheap end: {cheapest:.3f}x)"))
+            row.state, row.why = "skipped", why
             trial.set_user_attr("skipped", row.why)
             trial.set_user_attr("violation", 0.0)
             if _set_constraint():
@@ -526,6 +524,18 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
         if row.check_deficit + row.check_se <= opts.tolerance + 1e-12:
             return row
     return None
+
+
+def skip_reason(predicted: Optional[float], cheapest: Optional[float], rows, measured: bool) -> Optional[str]:
+    """Why a trial is not trained, or None: its known cost (or the fitted model's cheap end) is no lower
+    than the cheapest feasible trial's. Measured, the baseline itself is a feasible recipe at 1x (a
+    counted trial never costs more than it), so a trial that cannot be cheaper is never the answer."""
+    best = min([r.ratio for r in rows if r.feasible] + ([1.0] if measured else []), default=None)
+    if cheapest is None or best is None or cheapest < best:
+        return None
+    than = "the baseline" if best >= 1.0 else f"the best feasible {best:.3f}x"
+    model = "" if cheapest == predicted else f" (the fitted cost model's cheap end: {cheapest:.3f}x)"
+    return f"predicted {predicted:.3f}x, no cheaper than {than}{model}"
 
 
 def _run_trial(opts: Options, trial, row: Row, base: dict, curve, seeded: list[str], reported=()) -> None:
