@@ -12,7 +12,7 @@ from ecotrain.green import space
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.confirm import check_seeds, payback_runs
 from ecotrain.green.output import pareto
-from ecotrain.green.search import Row, at, gap_pruner, pace, skip_reason
+from ecotrain.green.search import Row, at, gap_pruner, load_factor, pace, skip_reason
 
 CNN = "recipes/mnist1d_cnn.yaml"
 
@@ -136,6 +136,12 @@ def test_a_trial_that_cannot_beat_the_best_feasible_or_the_baseline_is_skipped()
     rows = [row(0.6, True), row(0.4, False)]
     assert skip_reason(0.7, 0.7, rows, measured=False) == "predicted 0.700x, no cheaper than the best feasible 0.600x"
     assert skip_reason(0.7, 0.55, rows, measured=True) is None and skip_reason(None, None, rows, True) is None
+
+
+def test_the_load_factor_is_a_median_of_recent_probes_over_the_reference():
+    assert load_factor([1.0], 2.0) == 0.5
+    assert load_factor([9.0, 1.0, 1.2, 5.0], 1.0) == 1.2  # the last three: one wild reading moves nothing
+    assert load_factor([1.0, 1.0, 3.0, 3.0], 1.5) == 2.0  # a load that stays is followed within two probes
 
 
 def test_the_baseline_curve_is_read_at_a_fraction():

@@ -26,9 +26,10 @@ of the baseline's, chosen on validation only (docs/green.md).
 A measured cost (energy, CO2e, money, CPU-seconds) moves with the machine's load, so a trial is
 never set against a baseline timed at another moment: before each trial a short calibration probe of
 the baseline (`calibrate` x its steps, as an ordinary run in OUT/probes) is timed, and the trial's
-ratio is its cost over the baseline's cost times the load factor, that probe's cost over the
-reference probe's (timed right after the baseline's own run): baseline, probe, trial, probe, trial,
-..., in pairs (A, B, A, B). Energy where no meter exists is CPU-time based (accounting/energy.py
+ratio is its cost over the baseline's cost times the load factor: the median of the last three
+probes' costs (that one the newest) over the median of three reference probes timed right after the
+baseline's own run (one ~1 s probe is too noisy a yardstick alone: REFERENCE_PROBES): baseline,
+probes, probe, trial, probe, trial, ..., in pairs (A, B, A, B). Energy where no meter exists is CPU-time based (accounting/energy.py
 `cpu_time_kwh`: RAM power counted over the time the run held a CPU), so a run that waited for a core
 is not charged for the wait. The probes are part of the search's cost (its payback). FLOPs are
 counted: no probe.
@@ -75,6 +76,12 @@ WARMUP = 50  # percent of the schedule before the pruner may act
 CHECK_RESERVE = 1.5  # baseline runs kept back per check seed: the baseline's run on it and the candidates
 BY = {"flops": "flops", "energy": "energy", "co2e": "co2e", "cpu_seconds": "cpu_seconds", "money": "cost"}
 CALIBRATE = 0.1  # a calibration probe trains this fraction of the baseline's steps (at least PROBE_MIN)
+# A probe of ~1 s reads 0.65-1.76x another on a quiet machine (CPU-time energy; three searches' 82
+# probes, 2026-12-07): one reading as the yardstick moved every ratio of a search by its error. So the
+# reference is the median of REFERENCE_PROBES timed after the baseline, and a trial's load the median
+# of the last LOAD_WINDOW probes (its own the newest): a load that changes lags two trials at most
+REFERENCE_PROBES = 3
+LOAD_WINDOW = 3
 PROBE_MIN = 20
 
 
@@ -123,7 +130,7 @@ class Row:
     why: str = ""
     check_deficit: Optional[float] = None  # mean deficit over every design seed (`check`), when checked
     check_se: Optional[float] = None  # its standard error
-    load_factor: Optional[float] = None  # the calibration probe before it over the reference probe (measured `by`)
+    load_factor: Optional[float] = None  # the recent probes over the reference probes (measured `by`; load_factor())
     predicted: Optional[float] = None  # the fitted cost model's ratio before it trained (measured `by`), when fitted
 
 
@@ -226,6 +233,12 @@ def probe(opts: Options, base_steps: int, name: str) -> Optional[dict]:
     if cost is None or cost <= 0:
         return None
     return {"run": str(run_dir), "cost": float(cost), "flops": float(figure(ledger, "flops") or 0.0)}
+
+
+def load_factor(recent: list[float], reference: float) -> float:
+    """The machine's load now against the baseline's: the median of the last LOAD_WINDOW probes' costs
+    over the reference (the median of the REFERENCE_PROBES timed right after the baseline)."""
+    return statistics.median(recent[-LOAD_WINDOW:]) / reference
 
 
 def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
@@ -376,9 +389,11 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     search = Search(baseline=base, levers=levers, not_applied=not_applied, metric=opts.metric)
     base_steps = int(read_summary(base_dir)["steps"])
     largest = 0 if opts.by == "flops" else larger_batches(read_summary(base_dir))
-    reference = probe(opts, base_steps, "reference")  # timed right after the baseline's own run
-    if reference is not None:
-        search.probes.append(reference)
+    references = [got for name in ("reference", *(f"reference-{i}" for i in range(2, REFERENCE_PROBES + 1)))
+                  if (got := probe(opts, base_steps, name)) is not None]  # timed right after the baseline's own run
+    search.probes += references
+    reference = statistics.median(p["cost"] for p in references) if len(references) == REFERENCE_PROBES else None
+    recent: list[float] = []  # the trials' probes' costs, in order
 
     logging.getLogger("optuna").setLevel(logging.WARNING)  # one line per trial is ours
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE
@@ -406,6 +421,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
                 got = probe(opts, base_steps, f"p{number:03d}")  # spend and the choice are the killed try's
                 if got is not None:
                     search.probes.append(got)
+                    recent.append(got["cost"])
             number += 1
             continue
         if number not in done and (trained >= opts.trials or number >= 3 * opts.trials
@@ -444,7 +460,8 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             now = probe(opts, base_steps, f"p{number:03d}") if reference is not None else None
             if now is not None:  # A, B: the baseline's probe, then the trial, under the same load
                 search.probes.append(now)
-                row.load_factor = now["cost"] / reference["cost"]
+                recent.append(now["cost"])
+                row.load_factor = load_factor(recent, reference)
             _run_trial(opts, trial, row, base, curve, seeded, reported)
             state = optuna.trial.TrialState.PRUNED if row.state == "pruned" else None
             if state is None:
