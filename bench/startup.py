@@ -11,7 +11,8 @@ moment just before the process was launched. The baseline is the whole of `pytho
 torch"` (launch to exit). `ecotrain --help` is timed launch to exit.
 
 The dataset cache is warm: a first, untimed run fills it (in a temporary `ECOTRAIN_CACHE`, so the
-user's cache is not touched; `--user-cache` uses the user's). Then the three commands alternate for
+user's cache is not touched; `--user-cache` uses the user's), and with it the energy meter's hardware
+plan (accounting/meter_plan.py: CodeCarbon probes once per machine), as on a user's second run. Then the three commands alternate for
 `--rounds` rounds; the figures are medians, and the ratio is median start-up / median `import torch`.
 It also times the same first step written by hand in plain PyTorch (launch to the end of its first
 step): `startup_over_hand` is the median start-up over that median.

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.accounting import meter_plan
 from ecotrain.errors import ConfigError
 
 _WARM: Optional[threading.Thread] = None  # warm_up()'s thread
@@ -66,12 +67,31 @@ def _warm(tracking_mode: str) -> None:
                                     allow_multiple_runs=True, log_level="error", gpu_ids=None)
         ready = getattr(t, "_ensure_hardware_ready", None)  # CodeCarbon >= 3: what the real tracker reuses
         if callable(ready):
-            ready()
+            _ready(t, ready, None)
     except Exception:  # noqa: BLE001 - a warm-up only: the meter's own start says what went wrong
         pass
     finally:  # the tracker's __init__ adds its stderr handler: the logger as it was
         log.setLevel(saved[0])
         log.handlers = saved[1]
+
+
+def _offline_geo(tracker) -> None:
+    """CodeCarbon's emissions figure is not used (ecotrain computes CO2e, co2e_intensity), but at its
+    first reading it would name the placeholder country and look up the grid through its tables, which
+    load pandas (about 0.3 CPU-s, inside the run's last reading): the name is given here from the same
+    JSON, and the grid as the world average (`force_carbon_intensity_g_co2e_kwh`, in `_prepare`)."""
+    if getattr(tracker, "_country_name", "") is None:
+        tracker._country_name = _energy_mix().get("USA", {}).get("country_name", "United States")
+
+
+def _ready(tracker, ready, gpu_ids) -> str:
+    """Set `tracker`'s hardware up: from the plan saved for this machine when there is one
+    (meter_plan.py), else by CodeCarbon's probe, whose answer is then saved. `cached` or `probed`."""
+    how = meter_plan.install(tracker, gpu_ids)
+    ready()
+    if how == "probed":
+        meter_plan.remember(tracker, gpu_ids)
+    return how
 
 
 _NOISE = ("Multiple instances of codecarbon are allowed",)  # v3's default; not news to a user
@@ -127,6 +147,7 @@ class EnergyMeter:
         self.startup_seconds = 0.0  # of the run's span not covered by CodeCarbon (0 since start() waits)
         self.startup_wait: Optional[float] = None  # seconds start() waited for the preparation
         self.startup_cpu: Optional[float] = None  # CPU-seconds the preparation thread used
+        self.hardware: Optional[str] = None  # `cached` (meter_plan.py) or `probed`
 
     def _quiet_logger(self) -> None:
         log = logging.getLogger("codecarbon")
@@ -215,13 +236,15 @@ class EnergyMeter:
                 country_iso_code="USA",  # a placeholder: ecotrain computes CO2e itself (co2e_intensity)
                 output_methods=[], emissions_endpoint=None, electricitymaps_api_token=None,
                 measure_power_secs=self.sample_seconds, tracking_mode=self.tracking_mode, pue=self.pue,
-                allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids)
+                allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids,
+                force_carbon_intensity_g_co2e_kwh=world_average())
             self._drop_stream_handlers()
+            _offline_geo(self.tracker)
             if getattr(self.tracker, "_electricitymaps_api_token", None):  # from a user config file: stay offline
                 self.tracker._electricitymaps_api_token = None
             ready = getattr(self.tracker, "_ensure_hardware_ready", None)  # the slow probes (CodeCarbon >= 3)
             if callable(ready):
-                ready()
+                self.hardware = _ready(self.tracker, ready, self.gpu_ids)
         except Exception as exc:
             self.reason = self._why(f"CodeCarbon did not start: {type(exc).__name__}: {exc}")
         if self.reason:
@@ -252,7 +275,7 @@ class EnergyMeter:
         out: dict = {"kwh": None, "method": None, "how": None, "components_kwh": None, "components_method": None,
                      "startup_seconds": None, "startup_kwh": None, "pue": self.pue,
                      "meter_startup": {"wait_seconds": self.startup_wait, "cpu_seconds": self.startup_cpu,
-                                       "counted": False, "method": "measured: wait_seconds by perf_counter; cpu_seconds the "
+                                       "counted": False, "hardware": self.hardware, "method": "measured: wait_seconds by perf_counter; cpu_seconds the "
                                        "start-up thread's own CPU time (its subprocesses and imports another "
                                        "thread finished are not in it)"},
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
