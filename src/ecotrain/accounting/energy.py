@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 _WARM: Optional[threading.Thread] = None  # warm_up()'s thread
 
