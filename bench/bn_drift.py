@@ -77,11 +77,11 @@ os.environ.setdefault("ECOTRAIN_CACHE", str(Path(tempfile.gettempdir()) / "ecotr
 
 from ecotrain import Config, fit  # noqa: E402
 from ecotrain.data import load_data  # noqa: E402
-from ecotrain.inference import evaluate, load_trained  # noqa: E402
+from ecotrain.export.inference import evaluate, load_trained  # noqa: E402
 from ecotrain.methods import Method  # noqa: E402
 from ecotrain.methods.batchnorm import bn_layers  # noqa: E402
-from ecotrain.stats import mean_ci  # noqa: E402
-from ecotrain.sweep import parse_seeds  # noqa: E402
+from ecotrain.core.stats import mean_ci  # noqa: E402
+from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
 POLICIES = {
     "train": {"policy": "train"},
@@ -240,7 +240,7 @@ def main() -> int:
         return out
 
     if args.decide:  # the policy was chosen on validation before (docs/finetuning.md): recompute
-        from ecotrain.decide import until_decided_values
+        from ecotrain.seeds.decide import until_decided_values
 
         def drop(seed: int) -> float:  # naive - recompute on the new domain's test split: minus the gain
             naive, chosen = finetune("short", "train", seed, True), finetune("short", "recompute", seed, True)

@@ -179,8 +179,8 @@ def main() -> None:
 
     logging.getLogger("ecotrain").setLevel(logging.WARNING)  # one line per --init-from otherwise
     from ecotrain.continual.scenario import write_tasks
-    from ecotrain.stats import mean_ci
-    from ecotrain.sweep import parse_seeds
+    from ecotrain.core.stats import mean_ci
+    from ecotrain.seeds.sweep import parse_seeds
 
     design_seeds, fresh_seeds = parse_seeds(args.design_seeds), parse_seeds(args.fresh_seeds)
     if set(design_seeds) & set(fresh_seeds):

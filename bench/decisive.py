@@ -88,7 +88,7 @@ def continual(out: Path, max_seeds: int) -> dict:
     import continual as bench_continual  # bench/continual.py: the strategies and the scores
 
     from ecotrain.continual.scenario import write_tasks
-    from ecotrain.decide import until_decided_values
+    from ecotrain.seeds.decide import until_decided_values
 
     work = Path(tempfile.mkdtemp(prefix="decisive-continual-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)  # the tasks' data and runs; the answers are in OUT

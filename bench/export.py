@@ -99,7 +99,7 @@ def fp32_error(run: Path) -> float:
     """The eager model's own rounding: its float32 logits against the same weights evaluated in float64."""
     import torch
 
-    from ecotrain.inference import load_trained
+    from ecotrain.export.inference import load_trained
 
     trained = load_trained(run, "cpu")
     x = trained.bundle.test.take(torch.arange(len(trained.bundle.test)))[0]

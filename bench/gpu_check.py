@@ -193,7 +193,7 @@ def torchrun_resume(device: str, strategy: str, steps: int, tmp: Path) -> dict:
 
 
 def lrfind(device: str, steps: int) -> dict:
-    from ecotrain.lrfind import range_test
+    from ecotrain.assembly.lrfind import range_test
 
     out = {}
     for precision in ("fp16-mixed", "bf16-mixed"):
@@ -254,8 +254,8 @@ def stall_watch(device: str) -> dict:
     completes in time is not. The exit is recorded here instead of ending the process."""
     if device != "cuda":
         return {"stall_watch": "n/a"}
-    from ecotrain.distributed import _recorded_event
-    from ecotrain.stallwatch import StallWatch
+    from ecotrain.core.distributed import _recorded_event
+    from ecotrain.core.stallwatch import StallWatch
 
     exits, lines = [], []
 

@@ -46,8 +46,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ecotrain.accounting.compare import judge  # noqa: E402
 from ecotrain.accounting.report import figure  # noqa: E402
-from ecotrain.stats import diff_ci, sequential_interval  # noqa: E402
-from ecotrain.sweep import parse_seeds  # noqa: E402
+from ecotrain.core.stats import diff_ci, sequential_interval  # noqa: E402
+from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "recipes/mnist1d_cnn.yaml"

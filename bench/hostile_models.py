@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 from tests.helpers import payloads  # noqa: E402  (the suite's own hostile files)
 from tests.hostile.cases import TINY  # noqa: E402
 
-from ecotrain.errors import EcotrainError  # noqa: E402
+from ecotrain.base.errors import EcotrainError  # noqa: E402
 from ecotrain.export import parity  # noqa: E402
-from ecotrain.tensorfile import read_tensors  # noqa: E402
+from ecotrain.core.tensorfile import read_tensors  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 

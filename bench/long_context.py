@@ -134,7 +134,7 @@ ZERO2_WORKER = r"""
 import json, os, sys, torch, torch.distributed as td
 sys.path.insert(0, sys.argv[1])
 from ecotrain.config.run import DistributedConfig
-from ecotrain.distributed import TorchDist
+from ecotrain.core.distributed import TorchDist
 from ecotrain.models.charlm import CharLM
 vocab, d, layers = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def local(t):

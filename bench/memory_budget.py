@@ -51,7 +51,7 @@ from ecotrain.memory.levers import configure_memory
 from ecotrain.memory.measure import estimates, first_candidate, measure, run_search
 from ecotrain.memory.planner import Candidate, applied, checkpoint_levels, fmt_bytes, format_search
 from ecotrain.models import build_model
-from ecotrain.task import build_task
+from ecotrain.core.task import build_task
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "charlm_long.yaml"
 

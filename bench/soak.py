@@ -109,7 +109,7 @@ def latest_is_valid(run: Path) -> bool:
     """The newest complete-looking checkpoint folder verifies (or there is none yet)."""
     from ecotrain.checkpoint.format import verify_checkpoint
     from ecotrain.checkpoint.manager import list_checkpoints
-    from ecotrain.errors import CheckpointError
+    from ecotrain.base.errors import CheckpointError
 
     found = list_checkpoints(run)
     if not found:

@@ -32,13 +32,13 @@ from pathlib import Path
 import torch
 
 from ecotrain.config import load_config
-from ecotrain.log import setup_cli_logging
+from ecotrain.base.log import setup_cli_logging
 from ecotrain.speech.cli_speech import data_folder
 from ecotrain.speech.feedback import FeedbackSettings
 from ecotrain.speech.rounds import (NO_COHORT, REPLAYS, final_figures, rejections_correct, run, summary_figures,
                                     table)
-from ecotrain.stats import mean_ci
-from ecotrain.sweep import parse_seeds
+from ecotrain.core.stats import mean_ci
+from ecotrain.seeds.sweep import parse_seeds
 
 # --quick: one seed, one round, a small model, the dataset and runs in a temporary folder
 QUICK = ["data.kwargs.scale=0.15", "data.kwargs.feedback.base_steps=30", "data.kwargs.feedback.update_steps=6",

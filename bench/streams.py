@@ -55,7 +55,7 @@ from ecotrain.config import Config  # noqa: E402
 from ecotrain.data.builtin import load_data  # noqa: E402
 from ecotrain.data.bucketing import build_sampler  # noqa: E402
 from ecotrain.data.loader import Feed  # noqa: E402
-from ecotrain.state import Counters  # noqa: E402
+from ecotrain.core.state import Counters  # noqa: E402
 from tests.helpers.id_model import seen  # noqa: E402
 from tests.helpers.tars import make_tar_shards  # noqa: E402
 

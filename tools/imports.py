@@ -3,7 +3,8 @@ of docs/architecture.md, the arrows that point up a floor, the circles, imports 
 across modules, and a few sizes.
 
     python tools/imports.py          prints the figures; exit 1 on a circle, a core module importing a
-                                     wing, or a floor arrow or private import not in KNOWN below
+                                     wing, a floor arrow or private import not in KNOWN below, or a
+                                     module in base/, core/ or assembly/ of another floor (misplaced)
                                      (tests/unit/test_layers.py asserts the same)
 """
 
@@ -17,18 +18,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 
 # The floors of docs/architecture.md, bottom up. A module belongs to the floor of its longest prefix
 # (`memory.levers` is core, the rest of `memory` a wing; `cli.fit` a program through `cli`). A module may
-# import its own floor and the floors below it, never one above.
+# import its own floor and the floors below it, never one above. The folders base/, core/ and assembly/
+# show their floor: each holds its floor's modules alone (FOLDERS; `misplaced`).
 FLOORS = {
-    0: ("errors", "log", "version", "units", "filelock", "fsnames", "startup", "runfiles"),  # base
-    1: ("batch", "task", "loop", "state", "objective", "precision", "checkpoint", "data", "callbacks", "config",  # core
-        "rundir", "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss",
-        "memory.optim_offload", "safeload", "tensorfile", "distributed", "optim", "seeding", "device", "models",
-        "metrics", "threads", "environment", "stallwatch", "preemption", "resume", "stats", "progress_work",
-        "stepplan", "userpath", "jsonfile", "orphans", "contract", "flops"),
+    0: ("base",),  # base/: errors, log, version, units, filelock, fsnames, startup, runfiles
+    1: ("core", "checkpoint", "data", "callbacks", "config", "models",  # core/ and the core's packages
+        "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss", "memory.optim_offload"),
     2: ("methods",),  # the Method protocol's plug-ins
-    3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "sweep", "inference",  # wings
-        "export", "decide"),
-    4: ("entry", "trainer", "assemble", "finish", "wings", "lrfind",  # assembly: a command's work as a function
+    3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "seeds",  # wings
+        "export"),
+    4: ("assembly",  # assembly/: entry, trainer, assemble, finish, wings, lrfind: a command's work as a function
         "continual.update", "continual.lm",  # `ecotrain update` (a classifier's, a language model's): train, gate, register
         "green.search", "green.confirm",  # `ecotrain green`: the study's trials, the fresh-seed confirmation groups
         "speech.feedback", "speech.rounds"),  # `ecotrain speech-feedback`: the base, the rounds and their strategies
@@ -37,6 +36,7 @@ FLOORS = {
         "memory.commands", "report.commands", "speech.commands",
         "continual.cli_continual", "green.cli_green", "speech.cli_speech", "export.cli_export"),  # programs
 }
+FOLDERS = {"base": 0, "core": 1, "assembly": 4}  # a folder that shows a floor holds no other floor's module
 NAMES = {0: "base", 1: "core", 2: "methods", 3: "wings", 4: "assembly", 5: "programs"}
 CORE = FLOORS[0] + FLOORS[1]  # the check test_layers.py has always made: the core imports no wing (or above)
 WINGS = FLOORS[3] + FLOORS[4] + FLOORS[5]  # the wings and the floors above them
@@ -159,6 +159,17 @@ def type_only(src: Path = SRC) -> set[tuple[str, str]]:
     return out
 
 
+def misplaced(src: Path = SRC) -> list[tuple[str, int, int]]:
+    """(module, its floor, its folder's floor) for each module inside base/, core/ or assembly/ whose
+    floor in FLOORS is another (say `core.x` listed as a wing): a folder shows one floor."""
+    out = []
+    for name in modules(src):
+        top = name.removeprefix("ecotrain.").split(".")[0]
+        if top in FOLDERS and name != "ecotrain" and floor(name) != FOLDERS[top]:
+            out.append((name, floor(name), FOLDERS[top]))
+    return sorted(out)
+
+
 def floor_violations(edges: dict[str, set], typed: set = frozenset()) -> list[tuple[str, str]]:
     """Every arrow from a module up to a higher floor (core -> wing among them); `typed`: arrows a type
     checker alone follows (`type_only`), left out."""
@@ -197,6 +208,7 @@ def main() -> int:
     biggest = max(sizes, key=sizes.get)
     own_lazy = sum(len(v) for v in inner.values())
     unplaced = sorted(m for m in edges if floor(m) is None and m != "ecotrain")
+    wrong = misplaced()
     print(f"modules {len(edges)}; circles {len(circ)}; core -> wing arrows {len(back)}; arrows up a floor {len(up)}; "
           f"private names imported across modules {len(private)}; function-level imports of ecotrain modules "
           f"{own_lazy}; largest module {biggest} ({sizes[biggest]} lines)")
@@ -208,11 +220,14 @@ def main() -> int:
         print(f"  private name: {m} imports {t}{'  (known)' if (m, t) in KNOWN else ''}")
     for m in unplaced:
         print(f"  no floor: {m} (add it to FLOORS and to docs/architecture.md)")
+    for m, f, folder in wrong:
+        print(f"  misplaced: {m} is {NAMES[f] if f is not None else 'unplaced'} in a folder of the {NAMES[folder]} "
+              f"floor (move it to its floor's folder)")
     new = [x for x in up + private if x not in KNOWN]
     print(f"RESULT circles={len(circ)} floor_violations={len(up)} private_imports={len(private)} "
-          f"core_to_wing={len(back)} new_breaches={len(new)} unplaced={len(unplaced)} "
+          f"core_to_wing={len(back)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
           f"function_level_imports={own_lazy} largest_module_lines={sizes[biggest]}")
-    return 1 if circ or back or new or unplaced else 0
+    return 1 if circ or back or new or unplaced or wrong else 0
 
 
 if __name__ == "__main__":

@@ -11,16 +11,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ecotrain.version import __version__
+from ecotrain.base.version import __version__
 
 _LAZY = {  # public name -> the module that defines it
-    "fit": "ecotrain.trainer",
-    "RunResult": "ecotrain.trainer",
+    "fit": "ecotrain.assembly.trainer",
+    "RunResult": "ecotrain.assembly.trainer",
     "Config": "ecotrain.config",
     "load_config": "ecotrain.config",
     "Callback": "ecotrain.callbacks",
-    "TrainState": "ecotrain.state",
-    "EcotrainError": "ecotrain.errors",
+    "TrainState": "ecotrain.core.state",
+    "EcotrainError": "ecotrain.base.errors",
 }
 
 __all__ = ["fit", "Config", "load_config", "Callback", "TrainState", "RunResult", "EcotrainError", "__version__"]
@@ -28,9 +28,9 @@ __all__ = ["fit", "Config", "load_config", "Callback", "TrainState", "RunResult"
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these come from __getattr__
     from ecotrain.callbacks import Callback
     from ecotrain.config import Config, load_config
-    from ecotrain.errors import EcotrainError
-    from ecotrain.state import TrainState
-    from ecotrain.trainer import RunResult, fit
+    from ecotrain.base.errors import EcotrainError
+    from ecotrain.core.state import TrainState
+    from ecotrain.assembly.trainer import RunResult, fit
 
 
 def __getattr__(name: str):

@@ -35,7 +35,7 @@ def test_a_killed_worker_is_restarted_by_torchrun_and_the_run_resumes_exactly(tm
 def test_a_run_resized_from_2_to_1_to_2_ranks_follows_the_uninterrupted_one(tmp_path):
     """One global batch of 64 at every world size; loop.micro_batch_size 16 cuts each rank's share
     into 2 micro-batches on 2 ranks, 4 on 1. The sampler's batches do not depend on the world size."""
-    from ecotrain.distributed import AGREE_MAX_STEPS
+    from ecotrain.core.distributed import AGREE_MAX_STEPS
 
     loop = {"max_steps": 2 * AGREE_MAX_STEPS + 40, "log_every": 10, "eval_every": 1000}
     ref = tmp_path / "ref"
@@ -69,7 +69,7 @@ def test_fsdp_background_saves_are_complete_checkpoints_and_a_sigterm_waits_for_
     """checkpoint.background under FSDP: DCP's async_save writes the shards while training goes on;
     a SIGTERM's checkpoint is complete before exit 75, and resuming from it ends where the
     uninterrupted run ends, bit for bit."""
-    from ecotrain.distributed import AGREE_MAX_STEPS
+    from ecotrain.core.distributed import AGREE_MAX_STEPS
 
     loop = {"max_steps": AGREE_MAX_STEPS + 30, "log_every": 10, "eval_every": 1000}
     kw = {"loop": loop, "distributed": {"strategy": "fsdp"}, "checkpoint": {"every_n_steps": 7, "background": True}}

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ecotrain.config import Config
-from ecotrain.distributed import TorchDist
+from ecotrain.core.distributed import TorchDist
 
 
 @pytest.fixture

@@ -193,7 +193,7 @@ def test_sigterm_on_one_rank_checkpoints_all_ranks_at_one_step(tmp_path, strateg
     """The ranks agree on stop requests at agreement steps (distributed.Agreement, at most
     AGREE_MAX_STEPS apart), not every step: the run stops at one step >= 6, on every rank
     (FSDP: each rank writes its shard into that one step's folder)."""
-    from ecotrain.distributed import AGREE_MAX_STEPS
+    from ecotrain.core.distributed import AGREE_MAX_STEPS
     rec = recipe(tmp_path, MLP, distributed={"strategy": strategy}, loop={"max_steps": 6 + AGREE_MAX_STEPS + 10},
                  callbacks=[{"path": "tests.helpers.killer:KillAt", "kwargs": {"step": 6, "sig": "SIGTERM", "rank": 1}}])
     run = tmp_path / "run"

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ecotrain.distributed import TorchDist
+from ecotrain.core.distributed import TorchDist
 
 out = sys.argv[1]
 dist = TorchDist("ddp", torch.device("cpu"), 60)

@@ -63,7 +63,7 @@ class SigtermDuringEval(Callback):
     forwards): the evaluation finishes, then the step ends with the preemption checkpoint."""
 
     def __init__(self, nth: int):
-        from ecotrain import loop
+        from ecotrain.core import loop
 
         original, calls = loop.evaluate, [0]
 

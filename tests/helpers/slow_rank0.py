@@ -9,7 +9,7 @@ import sys
 import time
 
 import ecotrain.checkpoint.manager as manager
-import ecotrain.finish as finish
+import ecotrain.assembly.finish as finish
 from ecotrain.cli import main
 
 slow = float(sys.argv[1])

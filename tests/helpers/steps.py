@@ -8,12 +8,12 @@ import torch
 
 def step_grads(model, method, batch, accumulate, **state):
     """(each parameter's gradient, the step's loss parts) of one step of `method` on `batch`."""
-    from ecotrain.distributed import Dist
-    from ecotrain.loop import backward_micro_batches
+    from ecotrain.core.distributed import Dist
+    from ecotrain.core.loop import backward_micro_batches
     from ecotrain.methods import Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
-    from ecotrain.task import ClassificationTask
+    from ecotrain.core.objective import Objective
+    from ecotrain.core.precision import Precision
+    from ecotrain.core.task import ClassificationTask
 
     model.zero_grad()
     st = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),

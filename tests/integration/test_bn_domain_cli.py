@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from ecotrain import Config, fit
 from ecotrain.data import load_data
-from ecotrain.errors import DataError
-from ecotrain.inference import evaluate, load_trained, predict
+from ecotrain.base.errors import DataError
+from ecotrain.export.inference import evaluate, load_trained, predict
 from tests.conftest import run_cli
 
 BASE = {"data": {"name": "digits", "batch_size": 32, "val_split": 0.15},

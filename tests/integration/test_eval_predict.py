@@ -10,7 +10,7 @@ import torch
 
 from ecotrain import Config, fit
 from ecotrain.data import load_data
-from ecotrain.inference import evaluate, load_trained, predict
+from ecotrain.export.inference import evaluate, load_trained, predict
 from tests.conftest import run_cli
 
 TINY = {"data": {"name": "digits", "batch_size": 32, "val_split": 0.15},

@@ -19,7 +19,7 @@ import torch
 from ecotrain import Config, fit
 from ecotrain.cli import main
 from ecotrain.data import load_data
-from ecotrain.inference import predict
+from ecotrain.export.inference import predict
 from tests.conftest import run_cli
 
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))

@@ -14,8 +14,8 @@ import torch
 
 from ecotrain import Config, fit
 from ecotrain.cli import main
-from ecotrain.inference import load_trained
-from ecotrain.safeload import load_pt2
+from ecotrain.export.inference import load_trained
+from ecotrain.core.safeload import load_pt2
 from tests.conftest import ROOT, run_cli
 
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))

@@ -47,10 +47,10 @@ def test_distilled_pruned_run_counts_its_costs(setup):
     assert p["sparsity"] == 0.5 and flops["remeasured"] == 2  # two shrinking stages, each measured again
     assert flops["forward_per_sample"] == p["forward_flops_per_sample_after"] < p["forward_flops_per_sample_before"]
     assert "loss_kd" in (d / "ref" / "metrics.jsonl").read_text()
-    from ecotrain.inference import load_trained
+    from ecotrain.export.inference import load_trained
 
-    from ecotrain.loop import evaluate
-    from ecotrain.task import ClassificationTask
+    from ecotrain.core.loop import evaluate
+    from ecotrain.core.task import ClassificationTask
 
     t = load_trained(d / "ref", "cpu")  # the run folder rebuilds as the physically small model
     assert t.model.conv1.weight.shape == (6, 1, 5) and t.model.linear.in_features == 6 * 8  # 12 channels -> 6

@@ -10,7 +10,7 @@ import sys
 
 from conftest import ROOT
 
-from ecotrain.threads import CGROUP_ENV
+from ecotrain.core.threads import CGROUP_ENV
 
 
 def test_progress_lines_through_a_pipe_and_threads_from_the_quota(tmp_path):

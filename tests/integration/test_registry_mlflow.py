@@ -11,7 +11,7 @@ import torch
 
 from ecotrain.continual.registry import Registry, Slice, format_table, promote, rollback
 from ecotrain.continual.registry_mlflow import MlflowRegistry, open_registry
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 pytest.importorskip("mlflow")
 

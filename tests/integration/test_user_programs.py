@@ -95,7 +95,7 @@ SHAPES = """
     import torch
     from torch import nn
     from ecotrain import Config, fit
-    from ecotrain.errors import DataError
+    from ecotrain.base.errors import DataError
 
     class Drifting(torch.utils.data.Dataset):  # item 50 on is of another width: the up-front read sees item 0
         def __len__(self):

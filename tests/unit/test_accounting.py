@@ -13,7 +13,7 @@ from ecotrain import fit
 from ecotrain.accounting.energy import country_intensity, country_iso3, co2e_intensity
 from ecotrain.accounting.flops import count_flops
 from ecotrain.accounting.prices import price_for
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 # digits: 64 inputs, 10 classes; tiny_cfg's MLP has one hidden layer of 32
 IN, H, OUT = 64, 32, 10

@@ -10,7 +10,7 @@ import pytest
 from ecotrain.accounting.compare import compare, judge, split_runs
 from ecotrain.accounting.report import summary_line
 from ecotrain.cli import main
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 def make_run(path, acc, kwh, flops=1e9, g=50.0, seed=None, cpu=9.0):

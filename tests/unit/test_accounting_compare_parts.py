@@ -10,8 +10,8 @@ import pytest
 
 from ecotrain.accounting.compare import compare, judge, load_run, pairing, run_seed, split_runs
 from ecotrain.accounting.report import num
-from ecotrain.errors import ConfigError
-from ecotrain.stats import diff_ci
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.stats import diff_ci
 from tests.unit.test_accounting_compare import make_run
 
 

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from ecotrain import fit
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 pytest.importorskip("peft")
 

@@ -4,8 +4,8 @@ The 2-rank case on a real process group: tests/distributed/test_agreement.py."""
 
 import pytest
 
-from ecotrain import distributed
-from ecotrain.distributed import AGREE_MAX_STEPS, AGREE_SECONDS, Agreement, Dist
+from ecotrain.core import distributed
+from ecotrain.core.distributed import AGREE_MAX_STEPS, AGREE_SECONDS, Agreement, Dist
 
 
 class TwoRanks(Dist):

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ecotrain import fit
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.average import average_weights
 from tests.unit.test_methods import SigtermAt
 

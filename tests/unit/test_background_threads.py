@@ -8,9 +8,9 @@ import time
 import pytest
 
 from ecotrain.config import build_config
-from ecotrain.errors import ConfigError
-from ecotrain.log import background
-from ecotrain.preemption import Preemption
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import background
+from ecotrain.core.preemption import Preemption
 from tests.helpers.raw_server import ANSWERS, answering
 
 

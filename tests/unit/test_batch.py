@@ -6,7 +6,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from ecotrain.batch import batch_size, describe, leaves, select, split, to_device, tree_map
+from ecotrain.core.batch import batch_size, describe, leaves, select, split, to_device, tree_map
 
 pytestmark = pytest.mark.unit
 

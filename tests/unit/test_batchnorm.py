@@ -11,7 +11,7 @@ from torch import nn
 from ecotrain import Callback, fit
 from ecotrain.config import BatchNormConfig
 from ecotrain.data import ArraySource, load_data
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.batchnorm import BatchNormPolicy, bn_layers, format_report, read_report, recompute_stats
 from ecotrain.models import ResNet1d
 from tests.unit.test_methods import SigtermAt

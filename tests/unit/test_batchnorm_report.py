@@ -12,7 +12,7 @@ from torch import nn
 
 from ecotrain.config import BatchNormConfig, Config
 from ecotrain.data import ArraySource
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.batchnorm import BatchNormPolicy, _why, format_report, read_report, to_groupnorm
 
 CPU = torch.device("cpu")

@@ -13,7 +13,7 @@ from torch import nn
 from ecotrain import fit
 from ecotrain.config import BatchNormConfig
 from ecotrain.data import load_data
-from ecotrain.errors import CheckpointError, ConfigError, DataError
+from ecotrain.base.errors import CheckpointError, ConfigError, DataError
 from ecotrain.methods.batchnorm import BatchNormPolicy
 from ecotrain.methods.bn_domain import (PRETRAINED, DomainStats, domain_column, from_tensors, read_stats, to_tensors,
                                         use_domain, write_stats)

@@ -7,7 +7,7 @@ from ecotrain import fit
 from ecotrain.config import load_config
 from ecotrain.data.bucketing import BucketSampler, build_sampler, padding_ratio
 from ecotrain.data.sampler import EpochSampler
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 def _lengths(n=1000):

@@ -1,14 +1,15 @@
 """Callbacks declare their order (`after`, `before`), resolved once by CallbackList; wings add their
-callbacks through one registration point (ecotrain/wings.py), and assemble imports no wing's code."""
+callbacks through one registration point (ecotrain/assembly/wings.py), and assemble imports no wing's code."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-from ecotrain import fit, wings
+from ecotrain import fit
+from ecotrain.assembly import wings
 from ecotrain.callbacks.base import Callback, CallbackList, ordered
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ecotrain"
 
@@ -35,9 +36,9 @@ def test_a_circle_of_declarations_is_one_line_naming_it():
 
 
 def test_a_run_orders_core_and_wing_callbacks_by_their_declarations(tiny_cfg, tmp_path):
-    from ecotrain.assemble import RunOptions, UserParts, assemble
-    from ecotrain.distributed import Dist
-    from ecotrain.preemption import Preemption
+    from ecotrain.assembly.assemble import RunOptions, UserParts, assemble
+    from ecotrain.core.distributed import Dist
+    from ecotrain.core.preemption import Preemption
 
     cfg = tiny_cfg(**{"loop.max_steps": 2, "ledger.enabled": True, "ledger.energy": "off"})
     user = _named("UsersOwn")
@@ -72,7 +73,7 @@ def test_a_registered_wing_adds_its_callbacks_to_every_run(tiny_cfg, tmp_path):
 
 
 def test_assemble_and_the_core_import_no_accounting_carbon_or_contention_code():
-    tree = ast.parse((SRC / "assemble.py").read_text())
+    tree = ast.parse((SRC / "assembly" / "assemble.py").read_text())
     names = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + \
             [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in names if m and (m.startswith("ecotrain.accounting") or m.startswith("ecotrain.tracking"))]

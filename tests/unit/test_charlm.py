@@ -6,10 +6,10 @@ from ecotrain import fit
 from ecotrain.config import load_config
 from ecotrain.data import load_data
 from ecotrain.data.text import IGNORE, TextSource, packed_rows, paragraph_rows, read_corpus, stdlib_files
-from ecotrain.loop import micro_batches
+from ecotrain.core.loop import micro_batches
 from ecotrain.models import build_model
 from ecotrain.models.charlm import CharLM
-from ecotrain.task import LanguageModelTask, normalized_loss
+from ecotrain.core.task import LanguageModelTask, normalized_loss
 
 TEXT = ["data.name=text", "data.kwargs={seq_len: 32, max_bytes: 20000}", "model.name=charlm",
         "model.kwargs={d_model: 32, n_layers: 2, n_heads: 2}"]

@@ -13,7 +13,7 @@ import torch
 from ecotrain import fit
 from ecotrain.checkpoint import latest_valid, list_checkpoints, load_state_dict_file, read_checkpoint
 from ecotrain.checkpoint.format import flatten, unflatten
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from ecotrain.checkpoint import load_state_dict_file, read_checkpoint, verify_checkpoint, write_checkpoint
 from ecotrain.checkpoint.format import FORMAT, _digest, flatten, tensor_refs, unflatten
-from ecotrain.errors import CheckpointError
+from ecotrain.base.errors import CheckpointError
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ import torch
 
 from ecotrain.checkpoint import CheckpointManager, latest_valid, list_checkpoints, read_checkpoint
 from ecotrain.checkpoint.manager import checkpoint_dir, stale_temporaries
-from ecotrain.distributed import Dist
-from ecotrain.errors import CheckpointError
+from ecotrain.core.distributed import Dist
+from ecotrain.base.errors import CheckpointError
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 DEAD_PID = 999_999_999  # above any pid_max: no such process

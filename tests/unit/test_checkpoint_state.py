@@ -14,11 +14,11 @@ from ecotrain.checkpoint import CheckpointManager, read_checkpoint
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.snapshot import capture, environment, load_model_weights, restore, rng_state, set_rng_state
 from ecotrain.data.augment import SignalAugment
-from ecotrain.distributed import Dist
-from ecotrain.errors import CheckpointError
+from ecotrain.core.distributed import Dist
+from ecotrain.base.errors import CheckpointError
 from ecotrain.methods.base import Method, Methods
-from ecotrain.precision import Precision
-from ecotrain.state import TrainState
+from ecotrain.core.precision import Precision
+from ecotrain.core.state import TrainState
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

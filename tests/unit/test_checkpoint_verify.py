@@ -10,8 +10,8 @@ from safetensors.torch import save_file
 
 from ecotrain.checkpoint import latest_valid, load_state_dict_file, read_checkpoint, verify_checkpoint
 from ecotrain.checkpoint.format import _digest, write_checkpoint
-from ecotrain.errors import CheckpointError
-from ecotrain.resume import _run_folder_weights, init_from
+from ecotrain.base.errors import CheckpointError
+from ecotrain.core.resume import _run_folder_weights, init_from
 
 
 def _ckpt(run, step, value=1.0):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ecotrain.memory.chunked_loss import (HeadInput, _liger_class, apply_chunked_loss, chunked_cross_entropy,
                                           find_head, fused_loss, is_head_input)
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.models.charlm import CharLM
 
 
@@ -124,7 +124,7 @@ def test_liger_is_chosen_on_cuda_only_and_its_absence_is_one_line(monkeypatch, c
 
 def test_chunked_loss_under_zero3_is_refused_in_one_line_and_zero2_allowed():
     from ecotrain.config import load_config
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"memory.chunked_loss=on with distributed.strategy=fsdp: .*zero2"):
         load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=fsdp"])

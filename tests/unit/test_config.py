@@ -1,7 +1,7 @@
 import pytest
 
 from ecotrain.config import Config, diff_configs, load_config, parse_overrides
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 RECIPE = "recipes/mnist1d_cnn.yaml"
 

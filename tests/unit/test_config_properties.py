@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from ecotrain.config import Config, load_config, parse_overrides
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 # derandomize: the same examples on every run (CI stays stable); a YAML file per example costs ~5 ms
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -12,7 +12,7 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.accounting.energy import nvml_gpu_ids
-from ecotrain.device import same_device
+from ecotrain.core.device import same_device
 from ecotrain.speech.ctc import transcribe
 
 CUDA, CUDA0, CUDA1 = torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda:1")
@@ -31,7 +31,7 @@ def test_nvml_gpu_is_the_physical_gpu_of_the_device():
 
 # -- lr-find under fp16 ---------------------------------------------------------------------------
 def test_lr_find_fp16_clips_unscaled_gradients(tiny_cfg, monkeypatch):
-    from ecotrain.lrfind import range_test
+    from ecotrain.assembly.lrfind import range_test
 
     norms, clip = [], torch.nn.utils.clip_grad_norm_
 
@@ -132,8 +132,8 @@ def test_same_device_treats_plain_cuda_as_the_current_device():
 def test_an_op_without_a_deterministic_kernel_is_one_line():
     """Under deterministic: true, torch raises (no longer only warns) for such an op; the run stops at the
     first step with one line naming the op and the two ways on."""
-    from ecotrain.errors import ConfigError
-    from ecotrain.seeding import deterministic_algorithms, nondeterministic_error
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.core.seeding import deterministic_algorithms, nondeterministic_error
 
     msg = ("ctc_loss_backward_gpu does not have a deterministic implementation, but you set "
            "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation, or "
@@ -149,7 +149,7 @@ def test_an_op_without_a_deterministic_kernel_is_one_line():
 
 
 def test_memory_peaks_off_cuda_and_combined_over_ranks():
-    from ecotrain.device import combine_memory, memory_peaks
+    from ecotrain.core.device import combine_memory, memory_peaks
 
     mine = memory_peaks(torch.device("cpu"))
     assert mine["gpu_peak_allocated_bytes"] is None and mine["gpu_name"] is None
@@ -173,13 +173,13 @@ def test_memory_peaks_off_cuda_and_combined_over_ranks():
     ("auto", "cpu", None, "fp32", False),
     ("on", "cuda", (7, 0), "fp32", True), ("off", "cuda", (9, 0), "fp32", False), ("on", "cpu", None, "fp32", False)])
 def test_tf32_decision(setting, device, cap, precision, want):
-    from ecotrain.precision import use_tf32
+    from ecotrain.core.precision import use_tf32
 
     assert use_tf32(setting, device, cap, precision) is want
 
 
 def test_tf32_flags_untouched_off_cuda():
-    from ecotrain.precision import tf32
+    from ecotrain.core.precision import tf32
 
     before = torch.backends.cuda.matmul.allow_tf32
     with tf32("on", torch.device("cpu"), "fp32") as on:

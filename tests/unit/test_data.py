@@ -6,7 +6,7 @@ from ecotrain.config import Config
 from ecotrain.data import EpochSampler, load_data, stratified_split
 from ecotrain.data.augment import SignalAugment
 from ecotrain.data.builtin import validate_arrays
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 def test_stratified_split_keeps_class_ratios_and_is_seeded():

@@ -184,7 +184,7 @@ def test_mnist1d_from_the_cache_is_make_datasets_output(own_cache):
 
 
 def test_mnist1d_bad_kwarg_is_a_data_error():
-    from ecotrain.errors import DataError
+    from ecotrain.base.errors import DataError
 
     with pytest.raises(DataError, match="data.kwargs.nope"):
         _mnist1d(mnist_cfg(nope=1))

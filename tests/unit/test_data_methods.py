@@ -8,12 +8,12 @@ from torch import nn
 
 from ecotrain.config import CurriculumConfig, DedupConfig, SelectiveBackpropConfig
 from ecotrain.data import ArraySource, EpochSampler
-from ecotrain.errors import CheckpointError, ConfigError, DataError
+from ecotrain.base.errors import CheckpointError, ConfigError, DataError
 from ecotrain.methods.curriculum import Curriculum, CurriculumSampler, easy_to_hard
 from ecotrain.methods.dedup import Dedup, find_duplicates
 from ecotrain.methods.sampling import generator
 from ecotrain.methods.selective import SelectiveBackprop, top_fraction
-from ecotrain.task import ClassificationTask
+from ecotrain.core.task import ClassificationTask
 
 
 def _signals(n=40, length=32, seed=0):
@@ -120,10 +120,10 @@ def test_top_fraction_keeps_the_highest_losses_in_batch_order():
 def _state(model, step=5, accumulate=1):
     from types import SimpleNamespace
 
-    from ecotrain.distributed import Dist
+    from ecotrain.core.distributed import Dist
     from ecotrain.methods import Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
+    from ecotrain.core.objective import Objective
+    from ecotrain.core.precision import Precision
     sel = SelectiveBackprop(SelectiveBackpropConfig(name="selective_backprop", keep=0.25, start_step=2))
     methods = Methods([sel])
     return SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(), step=step,
@@ -137,7 +137,7 @@ def _model():
 
 
 def test_selective_backprop_is_exact_under_accumulation_and_starts_late():
-    from ecotrain.loop import backward_micro_batches
+    from ecotrain.core.loop import backward_micro_batches
 
     x = torch.randn(24, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     y = torch.randint(0, 3, (24,), generator=torch.Generator().manual_seed(3))
@@ -162,7 +162,7 @@ def test_selective_backprop_is_exact_under_accumulation_and_starts_late():
 
 def test_selective_backprop_step_flops_are_forward_all_plus_forward_backward_kept():
     from ecotrain.accounting.flops import count_flops
-    from ecotrain.loop import backward_micro_batches
+    from ecotrain.core.loop import backward_micro_batches
 
     x = torch.randn(32, 6, dtype=torch.float64)
     y = torch.randint(0, 3, (32,))

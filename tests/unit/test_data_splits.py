@@ -9,7 +9,7 @@ import torch
 
 from ecotrain import Config
 from ecotrain.data.builtin import load_data
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(60, 4)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""ecotrain.device: `device: auto | cpu | cuda` made a torch.device, shared without importing the trainer."""
+"""ecotrain.core.device: `device: auto | cpu | cuda` made a torch.device, shared without importing the trainer."""
 
 import subprocess
 import sys
@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from ecotrain.device import resolve_device
-from ecotrain.errors import ConfigError
+from ecotrain.core.device import resolve_device
+from ecotrain.base.errors import ConfigError
 
 
 def test_resolve_device():
@@ -20,8 +20,8 @@ def test_resolve_device():
 
 def test_inference_and_lr_find_do_not_import_the_trainer():
     """The circle trainer -> assemble -> methods -> distill/curriculum -> inference -> trainer is gone."""
-    code = ("import sys, ecotrain.inference, ecotrain.lrfind, ecotrain.device\n"
-            "assert ecotrain.inference.resolve_device is ecotrain.device.resolve_device\n"
-            "assert 'ecotrain.trainer' not in sys.modules, 'ecotrain.trainer imported'")
+    code = ("import sys, ecotrain.export.inference, ecotrain.assembly.lrfind, ecotrain.core.device\n"
+            "assert ecotrain.export.inference.resolve_device is ecotrain.core.device.resolve_device\n"
+            "assert 'ecotrain.assembly.trainer' not in sys.modules, 'ecotrain.assembly.trainer imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -11,11 +11,11 @@ from safetensors.torch import save_file
 from ecotrain import fit
 from ecotrain.accounting.compare import compare
 from ecotrain.data import ArraySource
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods import Methods
 from ecotrain.methods.distill import Distill
-from ecotrain.objective import Objective
-from ecotrain.task import ClassificationTask
+from ecotrain.core.objective import Objective
+from ecotrain.core.task import ClassificationTask
 
 
 def _distill(cfg_factory, **kw):

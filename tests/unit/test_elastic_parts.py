@@ -11,10 +11,10 @@ import pytest
 import torch.distributed as td
 
 from ecotrain.config import build_config
-from ecotrain.distributed import attempt_store, micro_batches_for
-from ecotrain.errors import ConfigError
-from ecotrain.preemption import Preemption, _url_says_preempted
-from ecotrain.resume import steps_past
+from ecotrain.core.distributed import attempt_store, micro_batches_for
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.preemption import Preemption, _url_says_preempted
+from ecotrain.core.resume import steps_past
 
 
 def cfg(**loop):
@@ -144,7 +144,7 @@ def test_pinned_batches_only_for_cuda_and_on_by_default_there():
 
 def test_a_checkpoint_from_before_a_new_config_section_is_not_a_changed_config():
     from ecotrain.config import diff_configs
-    from ecotrain.resume import with_defaults
+    from ecotrain.core.resume import with_defaults
 
     now = build_config({"data": {"name": "digits"}, "loop": {"max_steps": 5}}).to_dict()
     older = {k: v for k, v in now.items() if k != "preemption"}  # saved by a version without the section

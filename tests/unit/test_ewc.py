@@ -6,7 +6,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import fit
-from ecotrain.errors import CheckpointError
+from ecotrain.base.errors import CheckpointError
 from ecotrain.methods.ewc import EWC, diagonal_fisher, load_anchor, penalty
 
 
@@ -83,12 +83,12 @@ def test_penalty_trains_the_model_not_only_the_log(tiny_cfg, accumulate):
     once per step however it is accumulated: a penalty detached from the graph (logged, not trained) fails here."""
     from types import SimpleNamespace
 
-    from ecotrain.distributed import Dist
-    from ecotrain.loop import backward_micro_batches
+    from ecotrain.core.distributed import Dist
+    from ecotrain.core.loop import backward_micro_batches
     from ecotrain.methods import Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
-    from ecotrain.task import ClassificationTask
+    from ecotrain.core.objective import Objective
+    from ecotrain.core.precision import Precision
+    from ecotrain.core.task import ClassificationTask
 
     cfg = tiny_cfg(**{"methods": [{"name": "ewc", "beta": 3.0}]})
     m = EWC(cfg.methods[0], cfg)
@@ -143,7 +143,7 @@ def _anchor_file(path, **tensors):
 
 
 def test_a_damaged_anchor_and_fsdp_are_one_line(tiny_cfg, tmp_path):
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
 
     f = _anchor_file(tmp_path / "a.safetensors", **{"ewc/fisher/w": torch.ones(2), "ewc/theta/v": torch.ones(2)})
     with pytest.raises(CheckpointError, match=r"^methods.ewc.from: .*a.safetensors: the Fisher and theta tensors do not "

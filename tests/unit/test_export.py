@@ -11,13 +11,13 @@ from torch import nn
 
 from ecotrain.data.sources import ArraySource
 from ecotrain.data.text import TextSource, packed_rows
-from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.export import onnxfile
 from ecotrain.export.parity import check, enforce
 from ecotrain.export.program import example_inputs, input_spec, load_pt2, pt2_bytes, trace
 from ecotrain.models.charlm import CharLM
 from ecotrain.models.vision1d import ConvBase, ResNet1d
-from ecotrain.task import ClassificationTask, LanguageModelTask
+from ecotrain.core.task import ClassificationTask, LanguageModelTask
 
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
 

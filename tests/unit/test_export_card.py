@@ -10,11 +10,11 @@ import pytest
 
 from ecotrain import Config, fit
 from ecotrain.cli import main
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.export.card import MARK, card_text, write_card
 from ecotrain.export.shipped import locate
-from ecotrain.stats import mean_ci
-from ecotrain.sweep import write_group
+from ecotrain.core.stats import mean_ci
+from ecotrain.seeds.sweep import write_group
 
 ModelCard = pytest.importorskip("huggingface_hub").ModelCard
 

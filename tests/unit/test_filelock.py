@@ -1,13 +1,13 @@
 """One way to take a lock file: never through a link, never a folder or a device, never truncating
-before the lock is held (ecotrain/filelock.py; the run folder's and the registry's locks)."""
+before the lock is held (ecotrain/base/filelock.py; the run folder's and the registry's locks)."""
 
 import os
 
 import pytest
 
 from ecotrain.continual.lock import registry_lock
-from ecotrain.errors import ConfigError
-from ecotrain.filelock import holder, open_lock, try_lock
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.filelock import holder, open_lock, try_lock
 
 
 def test_lock_writes_the_pid_and_a_second_holder_is_refused(tmp_path):

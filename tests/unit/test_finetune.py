@@ -8,7 +8,7 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.config import Config, FinetuneConfig
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.finetune import FineTune
 from ecotrain.models import ResNet1d
 from tests.unit.test_methods import SigtermAt

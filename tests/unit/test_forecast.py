@@ -9,7 +9,7 @@ from ecotrain.accounting.forecast import (chosen_slots, intensity_at, iso, parse
                                           read_forecast)
 from ecotrain.accounting.ledger import timed_co2e
 from ecotrain.config.carbon import cli_overrides
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 T0 = parse_time("2026-12-03T00:00:00Z", "t")
 H = 3600.0
@@ -116,7 +116,7 @@ def test_a_real_wait_sleeps_and_a_stop_signal_ends_it(tmp_path):
 
     from ecotrain.accounting.timing import CarbonTiming
     from ecotrain.config.carbon import CarbonConfig
-    from ecotrain.preemption import Preemption
+    from ecotrain.core.preemption import Preemption
 
     stop = Preemption()
     timing = CarbonTiming(CarbonConfig(forecast=str(slots_file(tmp_path))), checkpointer=None, preemption=stop)

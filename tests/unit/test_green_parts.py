@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from ecotrain.config import load_config
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.green import space
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.confirm import check_seeds, payback_runs

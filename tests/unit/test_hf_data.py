@@ -8,7 +8,7 @@ datasets = pytest.importorskip("datasets")
 
 from ecotrain.config import build_config  # noqa: E402
 from ecotrain.data import load_data  # noqa: E402
-from ecotrain.errors import DataError  # noqa: E402
+from ecotrain.base.errors import DataError  # noqa: E402
 
 
 def _make(n=200, seed=0):

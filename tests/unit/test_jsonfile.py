@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ecotrain.errors import CheckpointError, ConfigError
-from ecotrain.jsonfile import check_fields, read_json
+from ecotrain.base.errors import CheckpointError, ConfigError
+from ecotrain.core.jsonfile import check_fields, read_json
 
 FIELDS = {"steps": int, "energy": dict, "energy.kwh": (float, None), "history": list, "history.*": dict,
           "history.*.current": (str, None), "inputs?": dict, "inputs.columns.*?": str}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ecotrain.continual.labels import contradictions, load_label_map, normalise, review_rows
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 
 
 def test_normalise_maps_strings_and_aliases(tmp_path):

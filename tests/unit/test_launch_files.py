@@ -42,7 +42,7 @@ def test_slurm_script_is_valid_bash_requeues_and_resumes():
     text = path.read_text()
     assert "#SBATCH --requeue" in text and "scontrol requeue" in text
     assert '"$status" -eq 75' in text  # EXIT_PREEMPTED is what requeues
-    from ecotrain.errors import EXIT_PREEMPTED
+    from ecotrain.base.errors import EXIT_PREEMPTED
     assert EXIT_PREEMPTED == 75
     words = shell_words(text[text.index("srun "):text.index("wait $!")].rstrip(" &\n"))
     check_ecotrain_command(ecotrain_args(words), {"RECIPE": "recipes/charlm_long.yaml", "RUN_DIR": "/tmp/x"})

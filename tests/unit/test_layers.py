@@ -3,7 +3,8 @@ function-level imports included (tools/imports.py reads the graph from the sourc
 
 from pathlib import Path
 
-from tools.imports import KNOWN, SRC, circles, core_to_wing, floor_violations, graph, private_imports, type_only
+from tools.imports import (KNOWN, SRC, circles, core_to_wing, floor_violations, graph, misplaced, private_imports,
+                           type_only)
 
 
 def test_the_core_imports_no_wing_and_nothing_imports_in_a_circle():
@@ -26,11 +27,11 @@ def test_the_floor_check_catches_an_arrow_up_and_a_private_name(tmp_path):
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
     ema = copy / "methods" / "ema.py"  # methods (floor 2) may not import a wing (floor 3)
     ema.write_text(ema.read_text() + "\n\ndef _peek():\n    from ecotrain.accounting.ledger import Ledger\n"
-                   "    from ecotrain.rundir import _HELD\n    return Ledger, _HELD\n")
+                   "    from ecotrain.core.rundir import _HELD\n    return Ledger, _HELD\n")
     edges, _ = graph(Path(copy))
     assert ("ecotrain.methods.ema", "ecotrain.accounting.ledger") in floor_violations(edges, type_only(Path(copy)))
-    assert ("ecotrain.methods.ema", "ecotrain.rundir._HELD") in private_imports(Path(copy))
-    assert ("ecotrain.state", "ecotrain.methods.base") not in floor_violations(edges, type_only(Path(copy)))
+    assert ("ecotrain.methods.ema", "ecotrain.core.rundir._HELD") in private_imports(Path(copy))
+    assert ("ecotrain.core.state", "ecotrain.methods.base") not in floor_violations(edges, type_only(Path(copy)))
 
 
 def test_the_check_fails_on_a_core_module_that_imports_a_wing(tmp_path):
@@ -40,13 +41,36 @@ def test_the_check_fails_on_a_core_module_that_imports_a_wing(tmp_path):
 
     copy = tmp_path / "ecotrain"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    loop = copy / "loop.py"
-    loop.write_text(loop.read_text() + "\n\ndef _cost():\n    from ecotrain.lrfind import range_test\n"
+    loop = copy / "core" / "loop.py"
+    loop.write_text(loop.read_text() + "\n\ndef _cost():\n    from ecotrain.assembly.lrfind import range_test\n"
                     "    return range_test\n")
     edges, inner = graph(Path(copy))
-    assert ("ecotrain.loop", "ecotrain.lrfind") in core_to_wing(edges)
-    assert "ecotrain.lrfind" in inner["ecotrain.loop"]
-    assert any("ecotrain.loop" in c for c in circles(edges))
+    assert ("ecotrain.core.loop", "ecotrain.assembly.lrfind") in core_to_wing(edges)
+    assert "ecotrain.assembly.lrfind" in inner["ecotrain.core.loop"]
+    assert any("ecotrain.core.loop" in c for c in circles(edges))
+
+
+def test_the_folders_that_show_a_floor_hold_that_floor_alone():
+    assert misplaced() == []
+
+
+def test_the_check_catches_a_module_in_the_wrong_folder(tmp_path, monkeypatch):
+    """A wing module put into core/ on a copy of the source, and listed as a wing in FLOORS so that its
+    arrow up passes: the floor check is silent, the folder check names it."""
+    import shutil
+
+    from tools import imports
+
+    copy = tmp_path / "ecotrain"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "core" / "peek.py").write_text("from ecotrain.accounting.ledger import Ledger\n\nPEEK = Ledger\n")
+    monkeypatch.setitem(imports.FLOORS, 3, imports.FLOORS[3] + ("core.peek",))
+    edges, _ = graph(Path(copy))
+    assert [x for x in floor_violations(edges, type_only(Path(copy))) if x[0] == "ecotrain.core.peek"] == []
+    assert misplaced(Path(copy)) == [("ecotrain.core.peek", 3, 1)]
+    (copy / "core" / "peek.py").rename(copy / "accounting" / "peek.py")  # in a wing's folder it is placed
+    monkeypatch.setitem(imports.FLOORS, 3, imports.FLOORS[3][:-1])
+    assert misplaced(Path(copy)) == []
 
 
 def test_the_documented_floor_picture_is_the_checked_one():

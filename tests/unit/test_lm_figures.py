@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from ecotrain import metrics as M
+from ecotrain.core import metrics as M
 from ecotrain.accounting.compare import compare
 from ecotrain.accounting.flops import StepFlops, attention_flops
 from ecotrain.accounting.peaks import matmul_precision, mfu, peak_flops
@@ -18,8 +18,8 @@ from ecotrain.accounting.report import lower_is_better
 from ecotrain.accounting.tokens import tokens_section
 from ecotrain.data import ArraySource
 from ecotrain.green.output import pareto
-from ecotrain.loop import evaluate
-from ecotrain.task import LanguageModelTask
+from ecotrain.core.loop import evaluate
+from ecotrain.core.task import LanguageModelTask
 
 
 class Uniform(torch.nn.Module):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ecotrain.config import ModelConfig
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.models import build_model
 
 pytest.importorskip("transformers")

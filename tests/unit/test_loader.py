@@ -14,7 +14,7 @@ import torch
 from ecotrain import Callback, fit
 from ecotrain.config import build_config
 from ecotrain.data.sources import MapSource, item_seeds
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 class Noisy(torch.utils.data.Dataset):
@@ -134,7 +134,7 @@ def test_the_input_bound_hint_is_a_function_of_the_measured_figures():
 
 
 def test_persistent_workers_need_workers():
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="persistent_workers needs data.workers > 0"):
         _cfg(0, persistent_workers=True)

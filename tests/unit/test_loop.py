@@ -5,8 +5,8 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.config import ScheduleConfig
-from ecotrain.optim import lr_multiplier, param_groups
-from ecotrain.task import ClassificationTask
+from ecotrain.core.optim import lr_multiplier, param_groups
+from ecotrain.core.task import ClassificationTask
 
 
 class _Terms:
@@ -26,11 +26,11 @@ def _grads_after(model, x, y, accumulate, terms=False):
     """Gradients of one effective batch through the loop's own backward_micro_batches."""
     from types import SimpleNamespace
 
-    from ecotrain.distributed import Dist
-    from ecotrain.loop import backward_micro_batches
+    from ecotrain.core.distributed import Dist
+    from ecotrain.core.loop import backward_micro_batches
     from ecotrain.methods import Method, Methods
-    from ecotrain.objective import Objective
-    from ecotrain.precision import Precision
+    from ecotrain.core.objective import Objective
+    from ecotrain.core.precision import Precision
     methods = Methods([type("T", (_Terms, Method), {})()] if terms else [])
     state = SimpleNamespace(model=model, precision=Precision("fp32", torch.device("cpu")), dist=Dist(),
                             objective=Objective(ClassificationTask(), methods), task=ClassificationTask())

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ecotrain.cli import main
-from ecotrain.lrfind import smoothed, suggest
+from ecotrain.assembly.lrfind import smoothed, suggest
 
 TINY = """name: tiny
 data: {name: digits, batch_size: 32, val_split: 0.15}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ecotrain import fit
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.kd import kd_loss
 
 

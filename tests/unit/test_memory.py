@@ -6,7 +6,7 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.config import EveryN, NamedModules
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.memory.levers import OutOfMemory, apply_activation_checkpointing, find_blocks, select_modules
 from ecotrain.models.charlm import CharLM
 

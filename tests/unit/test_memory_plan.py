@@ -7,8 +7,8 @@ from ecotrain.config import load_config
 from ecotrain.data import load_data
 from ecotrain.models import build_model
 from ecotrain.memory.estimate import _activations, make_plan, measure_saved
-from ecotrain.precision import Precision
-from ecotrain.task import LanguageModelTask
+from ecotrain.core.precision import Precision
+from ecotrain.core.task import LanguageModelTask
 
 TEXT = ["data.name=text", "data.kwargs={seq_len: 64, max_bytes: 20000}", "data.batch_size=6", "model.name=charlm",
         "model.kwargs={d_model: 32, n_layers: 3, n_heads: 2}"]
@@ -46,7 +46,7 @@ def test_plan_cli(cli):
 
 def test_estimates_order_the_levers_and_the_eval_batch_follows_the_plan():
     from ecotrain.memory.offload import MIN_BYTES
-    from ecotrain.stepplan import StepPlan
+    from ecotrain.core.stepplan import StepPlan
 
     cfg = load_config(None, TEXT)
     bundle = load_data(cfg)

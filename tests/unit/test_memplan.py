@@ -9,10 +9,10 @@ import json
 import pytest
 
 from ecotrain.config import Config, load_config
-from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.memory.planner import (FULL, PLAN_FILE, TIE, Baseline, Candidate, Measured, applied, candidates, checkpoint_levels,
                               choose, corrected, from_record, micro_counts, none_fits_line, parse_bytes, pareto, search)
-from ecotrain.distributed import Dist
+from ecotrain.core.distributed import Dist
 from ecotrain.memory.measure import for_run
 
 MiB = 2**20

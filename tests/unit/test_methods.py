@@ -13,7 +13,7 @@ from torch import nn
 from ecotrain import Callback, fit
 from tests.helpers.killer import SigtermAt
 from ecotrain.checkpoint.format import read_checkpoint
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods import Method
 
 

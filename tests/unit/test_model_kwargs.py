@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ecotrain.config import ModelConfig
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.models.build import build_model
 
 

@@ -15,7 +15,7 @@ from ecotrain.callbacks.base import CallbackList
 from ecotrain.checkpoint import CheckpointManager, latest_valid, load_state_dict_file, read_checkpoint
 from ecotrain.checkpoint import format as fmt
 from ecotrain.checkpoint.snapshot import capture, environment, restore, rng_state, set_rng_state
-from ecotrain.errors import CheckpointError
+from ecotrain.base.errors import CheckpointError
 from tests.unit.test_checkpoint_state import Ranked, _augment, _filled, _roundtrip, _state
 
 pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]

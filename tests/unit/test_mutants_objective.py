@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ecotrain.methods import Methods
-from ecotrain.objective import Objective
-from ecotrain.task import ClassificationTask
+from ecotrain.core.objective import Objective
+from ecotrain.core.task import ClassificationTask
 
 pytestmark = pytest.mark.unit
 

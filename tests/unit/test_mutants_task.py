@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from ecotrain.errors import ConfigError
-from ecotrain.task import (
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.task import (
     ClassificationTask,
     ModelLossTask,
     RegressionTask,

@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from ecotrain.config import Config
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.config import load_config
 from ecotrain.memory.levers import apply_activation_checkpointing, configure_memory, find_blocks, offload_targets
 from ecotrain.memory.estimate import measure_saved
 from ecotrain.memory.offload import Offloader, apply_offload
 from ecotrain.models.charlm import CharLM
-from ecotrain.precision import Precision
+from ecotrain.core.precision import Precision
 
 
 def _lm(dropout=0.1, seq=64):
@@ -93,7 +93,7 @@ from ecotrain.memory.levers import find_blocks, release_freed_memory
 from ecotrain.memory.measure import peak_rss
 from ecotrain.memory.offload import apply_offload
 from ecotrain.models.charlm import CharLM
-from ecotrain.precision import Precision
+from ecotrain.core.precision import Precision
 release_freed_memory()
 torch.manual_seed(0)
 m = CharLM(vocab=32, max_len=1024, d_model=64, n_layers=6, n_heads=2)

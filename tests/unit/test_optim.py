@@ -6,8 +6,8 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.config import OptimConfig, load_config
-from ecotrain.errors import ConfigError
-from ecotrain.optim import build_optimizer
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.optim import build_optimizer
 
 
 def _model():

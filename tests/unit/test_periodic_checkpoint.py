@@ -41,7 +41,7 @@ def test_periodic_saves_in_a_real_run(tmp_path, monkeypatch):
 
 
 def test_every_minutes_validated():
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
     from ecotrain.config import build_config
 
     with pytest.raises(ConfigError, match="every_minutes"):

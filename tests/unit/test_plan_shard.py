@@ -9,7 +9,7 @@ import pytest
 from torch import nn
 
 from ecotrain.config import Config, load_config
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.memory.planner import (Baseline, Candidate, Measured, applied, candidates, format_search, from_record,
                                      none_fits_line, predict, search)
 from ecotrain.memory.shard import Refused, configured, group_env, search_strategies, strategies_for, strategy_bytes

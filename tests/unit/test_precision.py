@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ecotrain import Callback, fit
-from ecotrain.errors import ConfigError
-from ecotrain.precision import Precision
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.precision import Precision
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ecotrain import Config, fit
 from ecotrain.callbacks import Callback, ProgressBar
-from ecotrain.log import _Stderr
+from ecotrain.base.log import _Stderr
 
 
 class Warns(Callback):

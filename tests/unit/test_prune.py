@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from ecotrain import fit
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.prune import Prune, forward_flops, is_stage, target_sparsity
 from ecotrain.models import MLP, ConvBase, ResNet1d
 from tests.unit.test_methods import SigtermAt

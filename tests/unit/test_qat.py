@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from ecotrain import fit
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.qat import QAT, plain_tensors, stored_bytes
 from ecotrain.models import MLP, ConvBase
 from tests.unit.test_methods import SigtermAt

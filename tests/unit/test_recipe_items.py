@@ -5,7 +5,7 @@ import pytest
 
 from ecotrain import Config, fit
 from ecotrain.data import load_data
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 from ecotrain.memory.estimate import make_plan
 
 DS = "tests.helpers.lm_items:"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ecotrain.continual.registry import Registry, Slice, check_version_name, format_table, promote, rollback
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 
 def _weights(seed: int) -> dict:

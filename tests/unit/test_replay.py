@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from ecotrain import fit
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.replay import balanced, example_weights, load_buffer, reservoir
 from tests.helpers.steps import step_grads
 
@@ -180,7 +180,7 @@ def _export(path, **tensors):
 
 
 def test_load_buffer_refuses_damaged_files_in_one_line(tmp_path):
-    from ecotrain.errors import CheckpointError
+    from ecotrain.base.errors import CheckpointError
 
     ok = {"replay/x": torch.zeros(4, 2), "replay/y": torch.zeros(4, dtype=torch.long), "replay/weight": torch.ones(4),
           "replay/seen": torch.tensor([9])}
@@ -207,7 +207,7 @@ def test_resume_refuses_a_from_file_that_changed(tiny_cfg, tmp_path):
     """The checkpoint pins the buffer file's sha256: a resume against another file is one line."""
     import hashlib
 
-    from ecotrain.errors import CheckpointError
+    from ecotrain.base.errors import CheckpointError
     from ecotrain.methods.replay import Replay, file_digest
 
     ok = {"replay/x": torch.zeros(4, 2), "replay/y": torch.zeros(4, dtype=torch.long), "replay/weight": torch.ones(4),
@@ -232,7 +232,7 @@ def test_rows_per_step_and_refusals_at_data_time(tiny_cfg):
     from types import SimpleNamespace
 
     from ecotrain.data import ArraySource
-    from ecotrain.errors import CheckpointError
+    from ecotrain.base.errors import CheckpointError
     from ecotrain.methods.replay import Buffer, Replay
 
     cfg = _cfg(tiny_cfg, [{"name": "replay", "ratio": 0.2}])

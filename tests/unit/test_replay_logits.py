@@ -13,8 +13,8 @@ from torch import nn
 
 from ecotrain import fit
 from ecotrain.data import ArraySource
-from ecotrain.distributed import Dist
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.core.distributed import Dist
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.replay import Buffer, Replay, load_buffer, model_logits
 from tests.unit.test_methods import SigtermAt
 from tests.helpers.steps import step_grads

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ecotrain.continual.router import CohortRouter, accuracy, pooled_features
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 def blobs(centers, n=60, seed=0):

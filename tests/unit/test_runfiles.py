@@ -4,11 +4,11 @@ except the ones listed here, which another change owns (issue 53); the list only
 import re
 from pathlib import Path
 
-from ecotrain import runfiles
-from ecotrain.rundir import holds_run
-from ecotrain.runfiles import RunFiles
+from ecotrain.base import runfiles
+from ecotrain.core.rundir import holds_run
+from ecotrain.base.runfiles import RunFiles
 
-SRC = Path(runfiles.__file__).parent
+SRC = Path(runfiles.__file__).parents[1]  # the ecotrain package (runfiles.py is in base/)
 NAMES = [n for n in runfiles.RUN_FILES + (runfiles.ERROR_LOG, runfiles.LOCK) if n != runfiles.TENSORBOARD]  # also a package
 LEFT = {"report/page.py"}  # class="checkpoints": an HTML section's class, not the folder's name
 
@@ -16,7 +16,7 @@ LEFT = {"report/page.py"}  # class="checkpoints": an HTML section's class, not t
 def test_only_runfiles_names_the_run_files_but_the_listed_modules():
     quoted = re.compile("|".join(f'"{re.escape(n)}"' for n in NAMES))
     naming = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p.name != "runfiles.py" and quoted.search(p.read_text())}
-    assert naming - LEFT == set(), "name run files through ecotrain.runfiles (RunFiles(run).summary, runfiles.SUMMARY)"
+    assert naming - LEFT == set(), "name run files through ecotrain.base.runfiles (RunFiles(run).summary, runfiles.SUMMARY)"
 
 
 def test_the_layout_names_each_file_once_and_finds_a_run(tmp_path):

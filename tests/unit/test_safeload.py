@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ecotrain import safeload
-from ecotrain.errors import CheckpointError
+from ecotrain.core import safeload
+from ecotrain.base.errors import CheckpointError
 
 pytestmark = pytest.mark.unit
 

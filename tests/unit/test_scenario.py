@@ -7,7 +7,7 @@ import pytest
 from ecotrain.config import build_config
 from ecotrain.continual.scenario import class_order, split_mnist1d, write_tasks
 from ecotrain.data import load_data
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 
 
 def test_split_and_files_read_back_as_a_ten_way_task(tmp_path):

@@ -10,7 +10,7 @@ from torch import nn
 from ecotrain.config import (Config, LateFreezeConfig, ProgressiveResizeConfig,
                              StabilityStopConfig)
 from ecotrain.data import ArraySource, EpochSampler
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.batch_ramp import BatchRamp
 from ecotrain.methods.late_freeze import LateFreeze
 from ecotrain.methods.resize import ProgressiveResize, resize
@@ -92,7 +92,7 @@ def test_batch_ramp_sizes_sampler_and_resume_position():
 
 
 def test_batch_ramp_lr_rule_scales_the_schedule_and_gives_it_back():
-    from ecotrain.optim import build_scheduler
+    from ecotrain.core.optim import build_scheduler
     from ecotrain.config import ScheduleConfig
     for rule, first in (("none", 1.0), ("linear", 0.25), ("sqrt", 0.5)):
         m = _ramp(rule)
@@ -113,7 +113,7 @@ def test_the_schedule_writes_every_scale_and_a_resume_sets_the_same_lr():
     """Methods and callbacks ask the schedule for a named scale; it is saved with t, so a schedule
     rebuilt from the checkpoint sets the same LR (and a factor of 1 drops the name)."""
     from ecotrain.config import ScheduleConfig
-    from ecotrain.optim import build_scheduler
+    from ecotrain.core.optim import build_scheduler
 
     def fresh():
         opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)

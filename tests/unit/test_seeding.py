@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecotrain.seeding import deterministic_algorithms, seed_everything
+from ecotrain.core.seeding import deterministic_algorithms, seed_everything
 
 
 def flags():
@@ -85,7 +85,7 @@ def test_inductor_flag_follows_when_inductor_is_loaded(clean_flags):
 
 
 def test_does_not_import_dynamo():
-    code = ("import sys, torch; from ecotrain.seeding import deterministic_algorithms, seed_everything\n"
+    code = ("import sys, torch; from ecotrain.core.seeding import deterministic_algorithms, seed_everything\n"
             "with deterministic_algorithms(True):\n"
             "    seed_everything(0); assert torch.are_deterministic_algorithms_enabled()\n"
             "assert 'torch._dynamo' not in sys.modules and 'torch._inductor' not in sys.modules")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ecotrain.stats import (T975, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread, t_quantile,
+from ecotrain.core.stats import (T975, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread, t_quantile,
                             verdict)
 
 pytestmark = pytest.mark.unit
@@ -108,7 +108,7 @@ def _judge(base, cand, look):
 
 
 def test_seeds_are_added_until_the_verdict_decides(tmp_path):
-    from ecotrain.decide import until_decided
+    from ecotrain.seeds.decide import until_decided
 
     rng = random.Random(3)  # per-seed drops around 0.002, spread 0.004: the first 3 straddle 0.01
     accs = {s: (0.9, 0.9 - d) for s, d in enumerate([0.009, -0.002, 0.006] + [rng.gauss(0.002, 0.004) for _ in range(17)])}
@@ -121,7 +121,7 @@ def test_seeds_are_added_until_the_verdict_decides(tmp_path):
 
 
 def test_the_cap_ends_an_undecided_comparison_and_a_clear_one_takes_no_more_seeds(tmp_path):
-    from ecotrain.decide import until_decided
+    from ecotrain.seeds.decide import until_decided
 
     at_allowance = {s: (0.9, 0.9 - 0.01 + (0.004 if s % 2 else -0.004)) for s in range(6)}
     train, _ = _runs(tmp_path / "a", at_allowance)
@@ -134,7 +134,7 @@ def test_the_cap_ends_an_undecided_comparison_and_a_clear_one_takes_no_more_seed
 
 
 def test_the_values_loop_computes_each_seed_once_and_stops_when_decided():
-    from ecotrain.decide import until_decided_values
+    from ecotrain.seeds.decide import until_decided_values
 
     calls = []
 

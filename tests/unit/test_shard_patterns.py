@@ -6,7 +6,7 @@ import pytest
 
 from ecotrain.data import braces, shards
 from ecotrain.data.shards import MAX_SHARDS, expand
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import torch
 
 from ecotrain.data.bucketing import BucketSampler
 from ecotrain.data.sampler import EpochSampler
-from ecotrain.distributed import ShardedSampler
+from ecotrain.core.distributed import ShardedSampler
 
 
 def _lengths(n):

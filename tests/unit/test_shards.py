@@ -9,7 +9,7 @@ import torch
 from ecotrain.config import build_config
 from ecotrain.data import load_data
 from ecotrain.data.sampler import WindowSampler
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 def write_shards(folder, shards=3, rows=120, width=6, seed=0, group=40):
@@ -136,7 +136,7 @@ def test_bad_shards_fail_in_one_line(tmp_path, case, expect):
 
 
 def test_ddp_ranks_read_disjoint_slices_of_the_streamed_order():
-    from ecotrain.distributed import ShardedSampler
+    from ecotrain.core.distributed import ShardedSampler
 
     base = WindowSampler([60, 45, 30], batch_size=12, seed=1, window=24)
     ranks = [list(ShardedSampler(base, r, 2).batches(2, 3)) for r in range(2)]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.speech import dataset as D
 from ecotrain.speech.checks import contradiction_scores, flag_contradictions, frame_posteriors
 from ecotrain.speech.ctc import CTCTask, greedy_decode, utterance_nll, word_error_rate
@@ -168,7 +168,7 @@ def test_damaged_dataset_is_one_line(tiny_data, tmp_path):
 def test_speech_fit_resumes_exactly(tiny_data, tmp_path):
     from ecotrain.callbacks import Callback
     from ecotrain.config import Config
-    from ecotrain.trainer import fit
+    from ecotrain.assembly.trainer import fit
 
     data = D.load(tiny_data)
     src = data.source(data.select(cohort="base"))

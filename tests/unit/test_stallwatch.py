@@ -7,8 +7,8 @@ import io
 import threading
 import time
 
-from ecotrain.distributed import Dist
-from ecotrain.stallwatch import StallWatch, nccl_timeout
+from ecotrain.core.distributed import Dist
+from ecotrain.core.stallwatch import StallWatch, nccl_timeout
 
 
 class Work:

@@ -18,7 +18,7 @@ def test_importing_the_cli_imports_nothing_heavy():
 
 def test_the_training_path_imports_no_sympy():
     # sympy (~0.4 s) is for reading .pt2 shape expressions (safeload.py) only: a fit's start-up must not pay it
-    code = ("import sys, ecotrain.trainer, ecotrain.entry, ecotrain.checkpoint, ecotrain.cli.fit\n"
+    code = ("import sys, ecotrain.assembly.trainer, ecotrain.assembly.entry, ecotrain.checkpoint, ecotrain.cli.fit\n"
             "assert 'sympy' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -54,7 +54,8 @@ def test_the_cli_pauses_the_collector_only_for_its_start_up():
     as it found it: enabled after a command, still disabled when the caller had disabled it."""
     import gc
 
-    from ecotrain import cli, startup
+    from ecotrain import cli
+    from ecotrain.base import startup
 
     seen = []
     startup.pause()

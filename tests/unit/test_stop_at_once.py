@@ -12,7 +12,7 @@ import pytest
 
 PROGRAM = r'''
 import sys, time, weakref
-from ecotrain.preemption import Preemption
+from ecotrain.core.preemption import Preemption
 p = Preemption(); p.stop_at_once()
 class A: pass
 def swallowing(_):

@@ -6,8 +6,8 @@ import pytest
 
 from ecotrain.accounting.compare import split_runs
 from ecotrain.cli import main
-from ecotrain.errors import ConfigError
-from ecotrain.sweep import parse_seeds, read_group
+from ecotrain.base.errors import ConfigError
+from ecotrain.seeds.sweep import parse_seeds, read_group
 
 TINY = """name: tiny
 data: {name: digits, batch_size: 32, val_split: 0.15}

@@ -14,7 +14,7 @@ import pytest
 from ecotrain.config import Config
 from ecotrain.data.shards import load_shards
 from ecotrain.data.tarheaders import TarDamage, members
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 from tests.helpers.tars import make_tar_shards, member, npy_bytes, raw_tar
 
 pytestmark = pytest.mark.unit

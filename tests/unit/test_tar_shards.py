@@ -11,7 +11,7 @@ import torch
 from ecotrain.config import Config
 from ecotrain.data.builtin import load_data
 from ecotrain.data.shards import expand, load_shards
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 from tests.helpers.tars import make_tar_shards
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import ecotrain
-from ecotrain.errors import ConfigError
-from ecotrain.task import (
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.task import (
     ClassificationTask,
     ModelLossTask,
     MultiLabelTask,

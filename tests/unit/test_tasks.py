@@ -12,16 +12,16 @@ from sklearn.metrics import accuracy_score, f1_score, mean_absolute_error, mean_
 from torch import nn
 
 import ecotrain
-from ecotrain.batch import split
+from ecotrain.core.batch import split
 from ecotrain.data import ArraySource
-from ecotrain.distributed import Dist
-from ecotrain.errors import ConfigError
-from ecotrain.loop import backward_micro_batches, evaluate
+from ecotrain.core.distributed import Dist
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.loop import backward_micro_batches, evaluate
 from ecotrain.methods import Methods
-from ecotrain.metrics import IGNORE, Accuracy, F1Score
-from ecotrain.objective import Objective
-from ecotrain.precision import Precision
-from ecotrain.task import (
+from ecotrain.core.metrics import IGNORE, Accuracy, F1Score
+from ecotrain.core.objective import Objective
+from ecotrain.core.precision import Precision
+from ecotrain.core.task import (
     ClassificationTask,
     LanguageModelTask,
     ModelLossTask,
@@ -430,7 +430,7 @@ def test_model_loss_reductions():
 
 # -- what the mutation run (tests/mutants.py) found untested ----------------------------------------
 def test_logits_of_every_output_shape_and_the_one_line_refusal():
-    from ecotrain.task import logits_of
+    from ecotrain.core.task import logits_of
 
     t = torch.randn(2, 3)
     assert logits_of(t) is t
@@ -465,9 +465,9 @@ def test_model_loss_reads_a_dict_an_attribute_or_a_scalar():
 
 # -- the survivors of `make mutants MUTANTS=task`, each pinned by a test ------------------------------
 def test_language_model_metrics_are_accuracy_and_bits_per_char_over_real_tokens():
-    from ecotrain.loop import evaluate
+    from ecotrain.core.loop import evaluate
     from ecotrain.data import ArraySource
-    from ecotrain.task import LanguageModelTask
+    from ecotrain.core.task import LanguageModelTask
 
     torch.manual_seed(0)
     x = torch.randint(0, 7, (6, 5))
@@ -485,7 +485,7 @@ def test_language_model_metrics_are_accuracy_and_bits_per_char_over_real_tokens(
 
 
 def test_model_loss_task_forwards_the_batch_and_reports_accuracy():
-    from ecotrain.task import ModelLossTask
+    from ecotrain.core.task import ModelLossTask
 
     class M(torch.nn.Module):
         def forward(self, input_ids, labels):
@@ -504,7 +504,7 @@ def test_model_loss_task_forwards_the_batch_and_reports_accuracy():
 
 
 def test_user_task_loss_reductions_and_target_position():
-    from ecotrain.task import UserTask
+    from ecotrain.core.task import UserTask
 
     task = UserTask(lambda out, y: (out - y).abs().mean(), target=1)
     batch = (torch.zeros(4), torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([9.0, 9.0, 9.0, 9.0]))
@@ -514,7 +514,7 @@ def test_user_task_loss_reductions_and_target_position():
 
 
 def test_user_task_copies_a_stateful_metric_per_evaluation_but_not_a_function():
-    from ecotrain.task import UserTask
+    from ecotrain.core.task import UserTask
 
     class Count:
         def __init__(self):
@@ -540,7 +540,7 @@ def test_user_task_copies_a_stateful_metric_per_evaluation_but_not_a_function():
 
 
 def test_an_all_padding_piece_is_exactly_zero_and_a_whole_batch_is_unscaled():
-    from ecotrain.task import SequenceTask, normalized_loss
+    from ecotrain.core.task import SequenceTask, normalized_loss
 
     task = SequenceTask()
     out = torch.randn(2, 3, 4, requires_grad=True)
@@ -556,7 +556,7 @@ def test_an_all_padding_piece_is_exactly_zero_and_a_whole_batch_is_unscaled():
 
 def test_build_task_passes_the_target_and_threshold_through():
     from ecotrain import Config
-    from ecotrain.task import build_task
+    from ecotrain.core.task import build_task
 
     cfg = Config.model_validate({"task": {"name": "multilabel", "target": "tags", "threshold": 0.7}})
     task = build_task(cfg)

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from ecotrain import threads
-from ecotrain.environment import capture
+from ecotrain.core import threads
+from ecotrain.core.environment import capture
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +97,7 @@ def test_environment_json_records_the_choice_and_why(tmp_path):
     assert hw["threads"]["why"].startswith("1 of 1 usable cores") and "cgroup quota 1 CPUs" in hw["threads"]["why"]
 
 
-PRINT_CHOICE = ("from ecotrain import threads; c = threads.choose(busy=0); "
+PRINT_CHOICE = ("from ecotrain.core import threads; c = threads.choose(busy=0); "
                 "print(c.threads, c.cores, c.affinity, c.source)")
 
 
@@ -124,7 +124,7 @@ def test_a_resume_under_auto_keeps_the_checkpoints_thread_count(tmp_path, monkey
 
     import torch
 
-    from ecotrain import threads
+    from ecotrain.core import threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)

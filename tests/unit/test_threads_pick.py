@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from ecotrain import threads
+from ecotrain.core import threads
 from ecotrain.accounting import threadpick
 from ecotrain.accounting.threadpick import probe_config
 from ecotrain.config import load_config
@@ -86,7 +86,7 @@ def test_an_unwritable_cache_leaves_no_half_written_file(tmp_path, monkeypatch):
 
 
 def test_a_misspelt_objective_is_refused_before_the_run(monkeypatch):
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
 
     cfg = load_config("recipes/mnist1d_cnn.yaml", [])
     monkeypatch.setenv(threads.OBJECTIVE_ENV, "enrgy")

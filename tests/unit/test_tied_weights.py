@@ -15,8 +15,8 @@ from torch import nn
 from ecotrain import Config, fit
 from ecotrain.checkpoint.format import read_checkpoint, verify_checkpoint
 from ecotrain.checkpoint.snapshot import load_model_weights
-from ecotrain.errors import CheckpointError
-from ecotrain.tensorfile import ALIASES, read_tensors, write_tensors
+from ecotrain.base.errors import CheckpointError
+from ecotrain.core.tensorfile import ALIASES, read_tensors, write_tensors
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import torch
 from ecotrain import Config
 from ecotrain.data import load_data
 from ecotrain.data.tokens import HEADER_INTS
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 def _cfg(name, val_split=0.0, **kwargs):

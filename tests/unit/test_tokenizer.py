@@ -8,7 +8,7 @@ import pytest
 from ecotrain.data import corpus, tokenizer
 from ecotrain.data.corpus import tokenize_corpus
 from ecotrain.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 
 TEXT = ["the cat sat on the mat, the cat ran", "über café 日本語 — tabs\tand\nnewlines  ", "print('hello')\n" * 5]
 
@@ -122,7 +122,7 @@ def test_a_killed_tokenize_leaves_nothing_the_next_one_keeps(tmp_path):
 
 
 def test_two_tokenize_into_one_folder_the_second_is_one_line(tmp_path):
-    from ecotrain.filelock import try_lock_folder, unlock
+    from ecotrain.base.filelock import try_lock_folder, unlock
 
     c, out = _docs(tmp_path / "c"), tmp_path / "out"
     out.mkdir()

@@ -11,7 +11,7 @@ from ecotrain import Config
 from ecotrain.data import load_data
 from ecotrain.data.packing import document_ids, document_mask, mask_boundaries
 from ecotrain.data.sampler import EpochSampler
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 EOD = 9
 

@@ -12,13 +12,13 @@ from torch.overrides import TorchFunctionMode
 
 from ecotrain.data.sources import ArraySource
 from ecotrain.data.text import IGNORE
-from ecotrain.distributed import Dist
-from ecotrain.loop import backward_micro_batches, evaluate
+from ecotrain.core.distributed import Dist
+from ecotrain.core.loop import backward_micro_batches, evaluate
 from ecotrain.methods import Method, Methods
 from ecotrain.models.charlm import CharLM
-from ecotrain.objective import Objective
-from ecotrain.precision import Precision
-from ecotrain.task import LanguageModelTask, ModelLossTask, SequenceTask, unit_count, unit_counts
+from ecotrain.core.objective import Objective
+from ecotrain.core.precision import Precision
+from ecotrain.core.task import LanguageModelTask, ModelLossTask, SequenceTask, unit_count, unit_counts
 
 READS = {"item", "tolist", "numpy", "__int__", "__float__", "__bool__", "__index__"}
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ecotrain import Callback, Config, fit
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 
 
 def cfg(**over):

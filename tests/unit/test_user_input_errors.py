@@ -10,7 +10,7 @@ from ecotrain.accounting.report import read_ledger
 from ecotrain.config import Config
 from ecotrain.data.builtin import describe, import_object, load_data, validate_arrays
 from ecotrain.data.split import stratified_split
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 
 
 def cfg(**data):

@@ -7,7 +7,7 @@ import pytest
 from ecotrain import Config, fit
 from ecotrain.config import load_config
 from ecotrain.config.methods import EmaConfig, UserMethodConfig
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods import build_methods
 from tests.helpers.user_methods import Keyed, StepCounter
 

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.userpath import user_path
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.core.userpath import user_path
 
 GIVE = "give the .npz file"
 

@@ -15,7 +15,7 @@ CHILD = """
 import types, torch
 from torch import nn
 from torch.distributed.tensor import DTensor
-from ecotrain.distributed import TorchDist, one_gather
+from ecotrain.core.distributed import TorchDist, one_gather
 
 d = TorchDist("fsdp", torch.device("cpu"), 60)
 zero2 = types.SimpleNamespace(fsdp=types.SimpleNamespace(reshard_after_forward=False, cpu_offload=False))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ecotrain.callbacks.base import Callback
-from ecotrain.log import log
+from ecotrain.base.log import log
 
 CHECK_SECONDS = 5.0  # between samples: the load average itself moves on a 5 s tick
 SLOWDOWN = 2.0  # an interval this many times slower than the fastest one, while over-loaded: warn

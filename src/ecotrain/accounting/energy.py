@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from ecotrain.accounting import meter_plan
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 _WARM: Optional[threading.Thread] = None  # warm_up()'s thread
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Optional
 
 from ecotrain.config.carbon import FORECAST_FILE
-from ecotrain.errors import ConfigError
-from ecotrain.userpath import user_path
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.userpath import user_path
 
 SHAPES = ("a Carbon Aware SDK forecast (forecastData: timestamp, duration, value), an ElectricityMaps forecast "
           "(forecast: datetime, carbonIntensity), or a CSV of time,gCO2e/kWh rows")

@@ -31,15 +31,15 @@ import torch
 from ecotrain.accounting import budget as budget_mod
 from ecotrain.accounting.contention import ContentionWatch, merge as merge_contention
 from ecotrain.accounting.energy import EnergyMeter, GridDataMissing, co2e_intensity, combine_ranks, nvml_gpu_ids
-from ecotrain.flops import StepFlopCounter, StepFlops, warm_up
+from ecotrain.core.flops import StepFlopCounter, StepFlops, warm_up
 from ecotrain.accounting.peaks import matmul_precision, mfu
 from ecotrain.accounting.prices import device_units, price_for
 from ecotrain.accounting.report import write_ledger
 from ecotrain.accounting.tokens import interval_rate, tokens_section
 from ecotrain.callbacks.base import Callback
-from ecotrain.device import current_index
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.core.device import current_index
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 
 SCHEMA = 1
 _CLOCK_EVERY = 8  # steps between clock reads for time and money budgets

@@ -5,7 +5,7 @@ wall) and its TDP table through pandas (about 0.25 CPU-s). It keeps the outcome,
 `_HardwarePlan` (which tracker reads the CPU, RAM and GPU, the CPU model and its TDP), for the rest
 of the process only, so every `ecotrain fit` paid the probe again, and that CPU time shared the
 interpreter with torch's import (bench/startup.py: `startup_over_hand` 1.19 with the meter, 1.09
-without). This module writes the plan to the user cache (cachedir.py) after a real probe and puts
+without). This module writes the plan to the user cache (base/cachedir.py) after a real probe and puts
 it back into CodeCarbon's own per-process cache before the next run's tracker sets up, so a run on
 the same machine starts with the plan CodeCarbon itself would have found.
 
@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.cachedir import cache_dir
+from ecotrain.base.cachedir import cache_dir
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024

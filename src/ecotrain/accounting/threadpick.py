@@ -14,9 +14,9 @@ from typing import Optional
 
 import torch
 
-from ecotrain import threads
+from ecotrain.core import threads
 from ecotrain.callbacks.base import Callback
-from ecotrain.log import log
+from ecotrain.base.log import log
 
 # sections a probe must not inherit: it would wait for a clean grid, stop on the run's budget, report
 # to a tracker, poll a preemption notice or write where the run writes

@@ -23,7 +23,7 @@ from typing import Optional
 from ecotrain.accounting.forecast import intensity_at, iso, parse_deadline, parse_time, plan, read_forecast
 from ecotrain.callbacks.base import Callback
 from ecotrain.config.carbon import SimulatedClock
-from ecotrain.log import log
+from ecotrain.base.log import log
 
 _SLEEP = 1.0  # seconds between checks for a stop signal during a real wait
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ecotrain.flops import StepFlops
+from ecotrain.core.flops import StepFlops
 
 MILLION = 1e6
 

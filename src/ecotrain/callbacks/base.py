@@ -17,7 +17,7 @@ callback goes where it was given, unless a declaration pulls another one in fron
 
 from __future__ import annotations
 
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 HOOKS = ("on_fit_start", "on_epoch_start", "on_step_start", "on_after_backward", "on_step_end",
          "on_log", "on_eval_end", "on_epoch_end", "on_fit_end", "on_finished", "on_exception", "on_rollback")

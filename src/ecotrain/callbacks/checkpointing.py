@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from ecotrain.callbacks.base import Callback
-from ecotrain.log import log
+from ecotrain.base.log import log
 
 SAVE_SHARE = 0.01  # periodic saves may take at most this share of the training time
 

@@ -39,8 +39,8 @@ from ecotrain.callbacks.base import Callback, CallbackList
 from ecotrain.checkpoint.format import read_checkpoint
 from ecotrain.checkpoint.manager import list_checkpoints
 from ecotrain.checkpoint.snapshot import restore
-from ecotrain.errors import CheckpointError, ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import CheckpointError, ConfigError
+from ecotrain.base.log import log
 
 SPIKE_WARMUP = 10  # checked losses before a spike can be called: the first ones fall fast
 SPIKE_DECAY = 0.9  # the running mean a spike is measured against (an EMA of the accepted losses)

@@ -16,7 +16,7 @@ import sys
 import time
 
 from ecotrain.callbacks.base import Callback
-from ecotrain.log import log
+from ecotrain.base.log import log
 
 BAR_WIDTH = 20  # leaves an 80-column terminal room for the loss
 FIRST_SECONDS = 5.0  # ProgressLog's first line, when its interval is longer

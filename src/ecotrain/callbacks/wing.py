@@ -1,6 +1,6 @@
 """What a wing (accounting, tracking, a user's own) is given when it adds its callbacks to a run.
 
-A wing is a function `WingContext -> list[Callback]`; ecotrain/wings.py holds the list a run uses
+A wing is a function `WingContext -> list[Callback]`; ecotrain/assembly/wings.py holds the list a run uses
 (the one registration point). The core builds its own callbacks and the Checkpointer first, then
 asks each wing; the order they run in is what the callbacks declare (`after`, `before`), so a wing
 needs to know nothing of where the core put its own.

@@ -22,12 +22,12 @@ import torch
 import xxhash
 from safetensors import SafetensorError, safe_open
 
-from ecotrain import safeload
-from ecotrain.errors import CheckpointError, os_advice
-from ecotrain.fsnames import native_name
-from ecotrain.rundir import fsync_dir
-from ecotrain.tensorfile import aliases_of, read_tensors, write_tensors
-from ecotrain.userpath import user_path
+from ecotrain.core import safeload
+from ecotrain.base.errors import CheckpointError, os_advice
+from ecotrain.base.fsnames import native_name
+from ecotrain.core.rundir import fsync_dir
+from ecotrain.core.tensorfile import aliases_of, read_tensors, write_tensors
+from ecotrain.core.userpath import user_path
 
 FORMAT = "ecotrain-checkpoint/1"
 FILES = ("tensors.safetensors", "meta.json")

@@ -11,9 +11,9 @@ from typing import Optional
 
 from ecotrain.checkpoint.format import verify_checkpoint, write_checkpoint
 from ecotrain.checkpoint.sharded import write_sharded, write_sharded_async
-from ecotrain.errors import CheckpointError
-from ecotrain.log import log
-from ecotrain.runfiles import RunFiles
+from ecotrain.base.errors import CheckpointError
+from ecotrain.base.log import log
+from ecotrain.base.runfiles import RunFiles
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

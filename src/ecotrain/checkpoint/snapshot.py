@@ -17,8 +17,8 @@ import torch
 
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import flatten, unflatten
-from ecotrain.errors import CheckpointError
-from ecotrain.log import log
+from ecotrain.base.errors import CheckpointError
+from ecotrain.base.log import log
 
 
 def rng_state() -> dict:

@@ -68,7 +68,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("tokenize", "a text corpus into token files (train/val .bin, tokenizer.json, tokens.json) for "
             "data.name=tokens:DIR", "ecotrain.cli.tokenize_args:tokenize", "ecotrain.cli.corpus:cmd_tokenize"),
     Command("lr-find", "LR range test: a plot and a suggested peak LR (writes no run folder)",
-            "ecotrain.cli.lrfind_args:lr_find", "ecotrain.lrfind:cmd_lr_find"),
+            "ecotrain.cli.lrfind_args:lr_find", "ecotrain.assembly.lrfind:cmd_lr_find"),
     Command("update", "train a new version from BASE on NEW_DATA, gate it, promote or reject it",
             f"{_CONTINUAL}:update", f"{_UPDATES}:cmd_update", trains=True),
     Command("versions", "list the registry's versions; `versions add RUN` registers a finished run; `versions show "

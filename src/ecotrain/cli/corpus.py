@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from ecotrain.data.corpus import tokenize_corpus
-from ecotrain.rundir import file_in_the_way
-from ecotrain.errors import DataError
+from ecotrain.core.rundir import file_in_the_way
+from ecotrain.base.errors import DataError
 
 
 def cmd_tokenize(args, ctx) -> int:

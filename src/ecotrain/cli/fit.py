@@ -8,11 +8,11 @@ for: a plain `fit` does not pay for their modules before its first step (bench/s
 
 from __future__ import annotations
 
-from ecotrain import threads
+from ecotrain.core import threads
 from ecotrain.config import load_config
 from ecotrain.config.carbon import cli_overrides
-from ecotrain.rundir import config_yaml
-from ecotrain.userpath import user_path
+from ecotrain.core.rundir import config_yaml
+from ecotrain.core.userpath import user_path
 
 
 def cmd_fit(args, ctx) -> int:
@@ -34,7 +34,7 @@ def cmd_fit(args, ctx) -> int:
         warm_up(cfg.ledger.tracking_mode)
     # before torch is imported (torch reads OMP_NUM_THREADS once, when its thread pool starts)
     threads.preset_env(threads.choose(cfg.threads, cfg.data.workers))
-    from ecotrain.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)
+    from ecotrain.assembly.entry import fit_recipe  # here, not at the top: after preset_env (entry imports torch)
 
     def trainer(recipe, config=None):
         def one(overrides, run_dir, resume=args.resume, overwrite=args.overwrite) -> int:

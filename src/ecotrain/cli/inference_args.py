@@ -5,7 +5,7 @@ are in cli/models.py."""
 
 from __future__ import annotations
 
-from ecotrain.runfiles import TOKENIZER
+from ecotrain.base.runfiles import TOKENIZER
 
 
 def evaluate(ev) -> None:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 
-from ecotrain import threads
+from ecotrain.core import threads
 from ecotrain.config import load_config
 from ecotrain.continual import serve
-from ecotrain.device import resolve_device
-from ecotrain.distributed import under_torchrun
-from ecotrain.entry import resume_run
-from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
+from ecotrain.core.device import resolve_device
+from ecotrain.core.distributed import under_torchrun
+from ecotrain.assembly.entry import resume_run
+from ecotrain.base.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.export.generate import cmd_continue
 from ecotrain.export.predict import cmd_predict_exported, is_exported
-from ecotrain.inference import evaluate, predict
+from ecotrain.export.inference import evaluate, predict
 from ecotrain.memory.estimate import format_plan, make_plan, measured_report
 from ecotrain.memory.measure import measure_config, run_search
 from ecotrain.memory.planner import format_search

@@ -9,13 +9,13 @@ import os
 import sys
 from pathlib import Path
 
-from ecotrain import startup
+from ecotrain.base import startup
 from ecotrain.cli.commands import BY_NAME, COMMANDS, TRAINS
-from ecotrain.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
-from ecotrain.fsnames import shown, tolerant_streams
-from ecotrain.log import setup_cli_logging
-from ecotrain.preemption import Preemption
-from ecotrain.runfiles import RunFiles
+from ecotrain.base.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
+from ecotrain.base.fsnames import shown, tolerant_streams
+from ecotrain.base.log import setup_cli_logging
+from ecotrain.core.preemption import Preemption
+from ecotrain.base.runfiles import RunFiles
 
 
 class _Version(argparse.Action):

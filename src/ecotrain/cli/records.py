@@ -10,7 +10,7 @@ from __future__ import annotations
 from ecotrain.accounting import read_ledger
 from ecotrain.accounting.compare import compare, split_runs
 from ecotrain.accounting.report import format_ledger, restate
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.report import DEFAULT_REGIONS, build_report
 
 

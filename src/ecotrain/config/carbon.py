@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BeforeValidator, Field
 
 from ecotrain.config.base import Section
-from ecotrain.userpath import user_path
+from ecotrain.core.userpath import user_path
 
 FORECAST_FILE = "give a forecast file: Carbon Aware SDK or ElectricityMaps JSON, or a CSV of time,gCO2e/kWh rows"
 
@@ -44,7 +44,7 @@ class CarbonConfig(Section):
 
 def cli_overrides(forecast: Optional[str], deadline: Optional[str]) -> list[str]:
     """`--carbon-forecast FILE [--deadline T]` (fit, green) as dotted overrides of the `carbon:` section."""
-    from ecotrain.errors import ConfigError
+    from ecotrain.base.errors import ConfigError
 
     if deadline and not forecast:
         raise ConfigError("--deadline: only with --carbon-forecast FILE (the deadline is met by the forecast's "

@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from ecotrain.config.base import Section as _Section
-from ecotrain.units import parse_bytes
+from ecotrain.base.units import parse_bytes
 
 
 class EveryN(_Section):

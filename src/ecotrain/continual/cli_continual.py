@@ -14,7 +14,7 @@ from ecotrain.continual.registry import format_table, promote, rollback
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.review import review_queue
 from ecotrain.continual.update import UpdateOptions, register_run, update
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 def _fraction(value: float, flag: str) -> float:

@@ -12,7 +12,7 @@ import torch
 
 from ecotrain.continual.labels import normalise
 from ecotrain.data.split import stratified_split
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 RECENT_FRACTION = 0.2
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import yaml
 
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.userpath import user_path
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.core.userpath import user_path
 
 
 def load_label_map(path: Optional[str | Path]) -> Optional[dict[str, int]]:

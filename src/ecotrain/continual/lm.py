@@ -44,17 +44,17 @@ from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
-from ecotrain.data_formats import data_format
-from ecotrain.errors import CheckpointError, ConfigError, DataError, EcotrainError
-from ecotrain.tensorfile import save_weights
-from ecotrain.log import log
+from ecotrain.core.data_formats import data_format
+from ecotrain.base.errors import CheckpointError, ConfigError, DataError, EcotrainError
+from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
 from ecotrain.methods.replay import IGNORE, reservoir_vectorised, token_rows
-from ecotrain.task import logits_of
-from ecotrain.tensorfile import cpu_copy
-from ecotrain.trainer import fit
-from ecotrain.runfiles import EXPORT, MODEL, TOKENIZER
+from ecotrain.core.task import logits_of
+from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.assembly.trainer import fit
+from ecotrain.base.runfiles import EXPORT, MODEL, TOKENIZER
 
 LM_TASK = "language_model"  # meta["task"] of a language model's version
 SLICE_WINDOWS = 512  # windows kept per slice, at most: a few hundred thousand tokens at seq_len 512

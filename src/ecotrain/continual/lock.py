@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ecotrain.errors import ConfigError
-from ecotrain.filelock import holder, open_lock, try_lock, unlock
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.filelock import holder, open_lock, try_lock, unlock
 
 LOCK_TIMEOUT = 600.0  # seconds a writer waits for another before giving up with one line
 

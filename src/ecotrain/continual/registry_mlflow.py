@@ -45,8 +45,8 @@ from ecotrain.checkpoint.format import verify_checkpoint
 from ecotrain.continual.lock import LOCK_TIMEOUT, registry_lock
 from ecotrain.continual.registry import INDEX_FORMAT, SLICE_RE, Registry, Slice, check_version_name
 from ecotrain.data.cache import cache_dir
-from ecotrain.errors import CheckpointError, ConfigError, EcotrainError
-from ecotrain.log import log
+from ecotrain.base.errors import CheckpointError, ConfigError, EcotrainError
+from ecotrain.base.log import log
 from ecotrain.tracking import EXTRAS, flatten, numeric
 from ecotrain.tracking.mlflow_tracker import experiment_id
 

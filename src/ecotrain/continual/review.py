@@ -22,9 +22,9 @@ from ecotrain.continual.labels import load_label_map, normalise, review_rows
 from ecotrain.continual.registry import VERSION_RE
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.versions import load_version_model
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.inference import load_trained
-from ecotrain.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.export.inference import load_trained
+from ecotrain.core.rundir import atomic_write, refuse_overwriting
 
 
 def _model(target: str, registry: str):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 MIN_CONFIDENCE = 0.6
 

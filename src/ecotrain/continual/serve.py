@@ -32,8 +32,8 @@ from ecotrain.continual.incoming import checked_cohort, checked_labels, checked_
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
 from ecotrain.continual.versions import load_version_model
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.inference import writable, write_out
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.export.inference import writable, write_out
 
 ROUTER_FILE = "router.safetensors"
 ROUTER_SAMPLE = 256  # inputs per version kept for the router: enough for a linear model, kilobytes

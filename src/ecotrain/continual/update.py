@@ -40,15 +40,15 @@ from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
 from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, check_trained, lineage, settler,  # noqa: F401
                                          load_version_model)
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.tensorfile import save_weights
-from ecotrain.inference import load_trained
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.core.tensorfile import save_weights
+from ecotrain.export.inference import load_trained
+from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
-from ecotrain.tensorfile import cpu_copy
-from ecotrain.trainer import fit
-from ecotrain.runfiles import CONFIG, EXPORT, MODEL
+from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.assembly.trainer import fit
+from ecotrain.base.runfiles import CONFIG, EXPORT, MODEL
 
 FROM_EXPORT = ("replay", "ewc")  # methods whose `from` is the base version's export.safetensors
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.config import build_config
 from ecotrain.continual.registry import Registry
-from ecotrain.errors import EcotrainError, PreemptedError
+from ecotrain.base.errors import EcotrainError, PreemptedError
 from ecotrain.methods import build_methods
 from ecotrain.methods.adapters import load_adapter, merge
 from ecotrain.models import build_model

@@ -9,7 +9,7 @@ import itertools
 import re
 from typing import Iterator, Union
 
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 Node = Union[str, tuple]  # text, ("range", lo, hi, width) or ("alt", [seq, seq, ...])
 _RANGE = re.compile(r"(\d{1,18})\.\.(\d{1,18})")  # 18 digits: past any file count, within int parsing's limits

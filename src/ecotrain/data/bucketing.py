@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 import torch
 
 from ecotrain.data.sampler import EpochSampler, WindowSampler
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 class BucketSampler:

@@ -24,9 +24,9 @@ from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
-from ecotrain.data_formats import DataFormat, data_format
-from ecotrain.errors import DataError, EcotrainError
-from ecotrain.userpath import user_path
+from ecotrain.core.data_formats import DataFormat, data_format
+from ecotrain.base.errors import DataError, EcotrainError
+from ecotrain.core.userpath import user_path
 
 
 def describe(exc: BaseException) -> str:

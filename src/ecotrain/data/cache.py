@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from ecotrain.progress_work import work
+from ecotrain.core.progress_work import work
 
 FORMAT = 1  # bump when the layout of an entry changes
 ENV = "ECOTRAIN_CACHE"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 SAMPLE_BYTES = 64 * 1024  # a big file's fingerprint reads this much of its head and of its tail
 

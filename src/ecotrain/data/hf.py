@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 class HFSource:

@@ -17,12 +17,12 @@ from typing import Iterator, Optional
 import torch
 from torch.utils.data import default_collate
 
-from ecotrain.batch import describe as describe_batch
-from ecotrain.batch import leaves
+from ecotrain.core.batch import describe as describe_batch
+from ecotrain.core.batch import leaves
 from ecotrain.data.sources import DataBundle, MapSource, sample_positions, subset
 from ecotrain.data.text import IGNORE
-from ecotrain.errors import DataError
-from ecotrain.task import TARGET_KEYS
+from ecotrain.base.errors import DataError
+from ecotrain.core.task import TARGET_KEYS
 
 
 def item_shapes(item) -> str:

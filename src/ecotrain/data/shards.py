@@ -23,7 +23,7 @@ from ecotrain.data import braces
 from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
 from ecotrain.data.openfiles import OpenFiles
 from ecotrain.data.tarshards import Damage, load_tars
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 
 def _open(pq, path: Path):

@@ -25,10 +25,10 @@ import torch
 from torch.utils.data import Dataset, default_collate
 from torch.utils.data import sampler as torch_samplers
 
-from ecotrain.batch import batch_size as batch_size_of
-from ecotrain.errors import DataError
-from ecotrain.log import log
-from ecotrain.task import TARGET_KEYS
+from ecotrain.core.batch import batch_size as batch_size_of
+from ecotrain.base.errors import DataError
+from ecotrain.base.log import log
+from ecotrain.core.task import TARGET_KEYS
 
 _item_key: Optional[tuple[int, int]] = None  # (seed, epoch) while a training batch is fetched
 

@@ -28,8 +28,8 @@ import torch
 from ecotrain.data.columns import fingerprint
 from ecotrain.data.openfiles import OpenFiles
 from ecotrain.data.tarheaders import TarDamage, members
-from ecotrain.errors import DataError
-from ecotrain.log import log
+from ecotrain.base.errors import DataError
+from ecotrain.base.log import log
 
 LABEL_EXTS = ("cls", "label", "txt", "json")
 FEATURE_EXTS = ("npy", "json")

@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from ecotrain.data.sources import DataBundle
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 IGNORE = -100  # target id the loss skips (F.cross_entropy's default ignore_index)
 VOCAB = 256

@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.log import log
-from ecotrain.rundir import atomic_write
-from ecotrain.runfiles import TOKENIZER
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.base.log import log
+from ecotrain.core.rundir import atomic_write
+from ecotrain.base.runfiles import TOKENIZER
 
 EOD_TEXT = "<|endoftext|>"  # the end-of-document token, GPT-2's spelling
 TOKENIZER_FILE = TOKENIZER  # in a tokenized folder and in a run folder

@@ -38,9 +38,9 @@ from ecotrain.config.tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, Tok
 from ecotrain.data.packing import document_mask, mask_boundaries
 from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle
-from ecotrain.errors import DataError
-from ecotrain.jsonfile import read_json
-from ecotrain.userpath import user_path
+from ecotrain.base.errors import DataError
+from ecotrain.core.jsonfile import read_json
+from ecotrain.core.userpath import user_path
 
 _CHECK = 1 << 24  # ids checked per read at start-up: 64 MiB of uint32 at a time, whatever the file's size
 _HASH_BYTES = 64 * 1024  # the content hash reads this much of each file's head and tail, as for hf:/parquet:

@@ -21,12 +21,12 @@ from typing import Optional
 
 import yaml
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.export.shipped import Run, Shipped, locate
-from ecotrain.fsnames import shown
-from ecotrain.rundir import atomic_write, refuse_overwriting
-from ecotrain.stats import mean_ci
-from ecotrain.runfiles import MODEL, TOKENIZER
+from ecotrain.base.fsnames import shown
+from ecotrain.core.rundir import atomic_write, refuse_overwriting
+from ecotrain.core.stats import mean_ci
+from ecotrain.base.runfiles import MODEL, TOKENIZER
 
 MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain export` rewrites this file -->"
 FINE_TUNING = ("finetune", "adapters", "lwf", "ewc", "replay", "average")  # methods that start from trained weights
@@ -216,7 +216,7 @@ def _export_lines(exports: dict, lm: bool = False) -> list[str]:
     lines = ["## Exported files", "", "| file | format | max abs difference vs eager (test split) |", "|---|---|---|"]
     for name, r in sorted(exports.items()):
         lines.append(f"| `{name}` | {r.get('format')} | {r.get('max_abs_diff', float('nan')):.3g} |")
-    lines += ["", "```python", "from ecotrain.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
+    lines += ["", "```python", "from ecotrain.core.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
               "or evaluated", "", f"program, _ = load_pt2(\"{_first(exports, 'pt2')}\")", "model = program.module()"
               "  # no model class needed", "logits = model(input_ids)  # [batch, tokens, vocabulary]" if lm
               else "logits = model(x)", "```", "",

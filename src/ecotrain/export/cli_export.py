@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ecotrain.data.tokenizer import TOKENIZER_FILE
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.export import onnxfile
 from ecotrain.export.card import ours, write_card
 from ecotrain.export.lm import CHECK_BATCH, Windows, parity_sources, run_tokenizer
@@ -31,12 +31,12 @@ from ecotrain.export.parity import check, enforce, fold
 from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inputs, input_spec, load_pt2,
                                      pt2_bytes, trace)
 from ecotrain.export.shipped import locate
-from ecotrain.inference import load_trained
-from ecotrain.jsonfile import read_json
+from ecotrain.export.inference import load_trained
+from ecotrain.core.jsonfile import read_json
 from ecotrain.methods.bn_domain import serving, use_domain
-from ecotrain.rundir import atomic_write, refuse_overwriting, write_json
-from ecotrain.task import build_task
-from ecotrain.version import __version__
+from ecotrain.core.rundir import atomic_write, refuse_overwriting, write_json
+from ecotrain.core.task import build_task
+from ecotrain.base.version import __version__
 
 EXPORT_JSON = "export.json"
 

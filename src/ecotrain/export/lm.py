@@ -16,7 +16,7 @@ import torch
 
 from ecotrain.data.sources import ArraySource
 from ecotrain.data.tokenizer import TOKENIZER_FILE, ByteTokenizer, load_tokenizer, parse_tokenizer
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 CHECK_ROWS = 8  # rows of the test split checked again at each other length, in batches of 3 (3, 3, 2)
 CHECK_BATCH = 3

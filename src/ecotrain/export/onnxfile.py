@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from ecotrain import safeload
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.core import safeload
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.export.program import META_FILE, quiet_torch
 
 EXTRA = "needs the onnx extra: pip install 'ecotrain[onnx]'"

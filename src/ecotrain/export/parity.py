@@ -18,9 +18,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ecotrain import loop
-from ecotrain.batch import leaves
-from ecotrain.errors import EcotrainError
+from ecotrain.core import loop
+from ecotrain.core.batch import leaves
+from ecotrain.base.errors import EcotrainError
 
 DEFAULT_TOLERANCE = 1e-4
 

@@ -27,10 +27,10 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-from ecotrain import safeload
-from ecotrain.batch import leaves, tree_map
+from ecotrain.core import safeload
+from ecotrain.core.batch import leaves, tree_map
 from ecotrain.data.sources import iter_batches
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 SEQUENCE_TASKS = ("language_model", "sequence")  # inputs [batch, T]: T is dynamic too
 META_FILE = "ecotrain.json"  # the extra file inside a .pt2 (and the metadata key of an .onnx)

@@ -17,10 +17,10 @@ import yaml
 
 from ecotrain.accounting import read_ledger
 from ecotrain.accounting.report import read_summary
-from ecotrain.errors import ConfigError
-from ecotrain.jsonfile import read_json
-from ecotrain.sweep import GROUP_SUFFIX, read_group
-from ecotrain.runfiles import CONFIG, ENVIRONMENT, LEDGER, MODEL, SUMMARY
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.jsonfile import read_json
+from ecotrain.seeds.sweep import GROUP_SUFFIX, read_group
+from ecotrain.base.runfiles import CONFIG, ENVIRONMENT, LEDGER, MODEL, SUMMARY
 
 SUMMARY_FIELDS = {"name": str, "monitor": str, "best_val_metric": (float, None), "best_step": (int, None),
                   "steps": int, "dataset_hash": str}

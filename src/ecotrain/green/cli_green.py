@@ -9,16 +9,16 @@ from pathlib import Path
 
 from ecotrain.config import load_config
 from ecotrain.config.carbon import cli_overrides
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.green import confirm as confirm_mod
 from ecotrain.green import costmodel
 from ecotrain.green import output
 from ecotrain.green import plan as plan_mod
 from ecotrain.green.commands import confirm_seeds
 from ecotrain.green.search import BY, Options, run_search
-from ecotrain.rundir import write_json
-from ecotrain.sweep import parse_seeds
-from ecotrain.trainer import fit
+from ecotrain.core.rundir import write_json
+from ecotrain.seeds.sweep import parse_seeds
+from ecotrain.assembly.trainer import fit
 
 
 def cmd_green(args, ctx) -> int:

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.accounting.compare import judge
-from ecotrain.decide import Decision, until_decided
+from ecotrain.seeds.decide import Decision, until_decided
 from ecotrain.config import load_config
-from ecotrain.entry import fit_recipe
+from ecotrain.assembly.entry import fit_recipe
 from ecotrain.accounting.report import figure, lower_is_better, read_ledger, read_summary
-from ecotrain.errors import ConfigError, PreemptedError
-from ecotrain.stats import Interval, diff_ci
-from ecotrain.sweep import fit_seeds, group_paths, parse_seeds, read_group
+from ecotrain.base.errors import ConfigError, PreemptedError
+from ecotrain.core.stats import Interval, diff_ci
+from ecotrain.seeds.sweep import fit_seeds, group_paths, parse_seeds, read_group
 
 
 @dataclass

@@ -56,13 +56,13 @@ from ecotrain.accounting.report import (figure, lower_is_better, missing_reason,
                                        read_summary as report_summary)
 from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
-from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.base.errors import ConfigError, PreemptedError
 from ecotrain.green import costmodel, space
-from ecotrain.jsonfile import RUN_FIX
-from ecotrain.log import log
-from ecotrain.stats import mean_ci
-from ecotrain.trainer import fit
-from ecotrain.runfiles import METRICS, SUMMARY
+from ecotrain.core.jsonfile import RUN_FIX
+from ecotrain.base.log import log
+from ecotrain.core.stats import mean_ci
+from ecotrain.assembly.trainer import fit
+from ecotrain.base.runfiles import METRICS, SUMMARY
 
 try:  # the `green` extra (pip install 'ecotrain[green]'); only this module imports it
     import optuna

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 
 IGNORE = -100
 HEAD_NAMES = ("head", "lm_head", "output")  # the attribute a causal LM's vocabulary projection has

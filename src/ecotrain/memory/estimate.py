@@ -33,8 +33,8 @@ from ecotrain.memory.offload import MIN_BYTES
 from ecotrain.memory.selective import ATTENTION_OPS, MATMUL_OPS
 from ecotrain.memory.planner import fmt_bytes
 from ecotrain.models import build_model
-from ecotrain.precision import Precision
-from ecotrain.task import build_task
+from ecotrain.core.precision import Precision
+from ecotrain.core.task import build_task
 
 
 @dataclass

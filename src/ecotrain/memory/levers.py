@@ -30,14 +30,14 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ecotrain.batch import batch_size
-from ecotrain.log import log
-from ecotrain.errors import ConfigError, EcotrainError
+from ecotrain.core.batch import batch_size
+from ecotrain.base.log import log
+from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.memory.chunked_loss import apply_chunked_loss
 from ecotrain.memory.offload import apply_offload
 from ecotrain.memory.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
-from ecotrain.rundir import atomic_write
-from ecotrain.runfiles import MICRO_BATCHES
+from ecotrain.core.rundir import atomic_write
+from ecotrain.base.runfiles import MICRO_BATCHES
 
 
 # cuBLAS and cuDNN report a failed allocation as a plain RuntimeError, not torch.OutOfMemoryError

@@ -36,19 +36,19 @@ import torch
 
 from ecotrain.data import load_data
 from ecotrain.memory import planner, shard
-from ecotrain.device import host_peak_rss
-from ecotrain.distributed import under_torchrun
-from ecotrain.errors import EXIT_USAGE, ConfigError, EcotrainError
-from ecotrain.log import log
+from ecotrain.core.device import host_peak_rss
+from ecotrain.core.distributed import under_torchrun
+from ecotrain.base.errors import EXIT_USAGE, ConfigError, EcotrainError
+from ecotrain.base.log import log
 from ecotrain.memory.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
 from ecotrain.memory.estimate import activations_at, optim_states, saved_profile
 from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
-from ecotrain.orphans import parent_pipe
-from ecotrain.precision import Precision
-from ecotrain.stepplan import eval_batch_size
-from ecotrain.task import build_task
+from ecotrain.core.orphans import parent_pipe
+from ecotrain.core.precision import Precision
+from ecotrain.core.stepplan import eval_batch_size
+from ecotrain.core.task import build_task
 
 TIMEOUT_S = 3600
 EVAL_BATCHES = 2  # evaluation batches a measured plan runs: its peak is reached in the first

@@ -29,7 +29,7 @@ from typing import Optional
 
 import torch
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.memory.offload import MIN_BYTES, FileStore
 
 

@@ -40,11 +40,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
-from ecotrain.units import fmt_bytes, parse_bytes  # noqa: F401  (the planner's sizes)
-from ecotrain.stats import pareto_front
-from ecotrain.runfiles import MEMORY_PLAN
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
+from ecotrain.base.units import fmt_bytes, parse_bytes  # noqa: F401  (the planner's sizes)
+from ecotrain.core.stats import pareto_front
+from ecotrain.base.runfiles import MEMORY_PLAN
 
 PLAN_FILE = MEMORY_PLAN
 PREDICT_SLACK = 1.05  # measure a candidate predicted up to 5% over the usable budget: predictions are rough

@@ -23,9 +23,9 @@ from typing import Callable, Optional, Sequence
 
 from torch import nn
 
-from ecotrain.distributed import shard_units
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.core.distributed import shard_units
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.memory.planner import STRATEGY_TEXT, Search, choose
 
 class Refused(ConfigError):

@@ -28,14 +28,14 @@ import torch
 from ecotrain.callbacks import Callback
 from ecotrain.config import Config
 from ecotrain.data import load_data
-from ecotrain.device import memory_peaks
-from ecotrain.errors import EcotrainError
-from ecotrain.loop import evaluate
+from ecotrain.core.device import memory_peaks
+from ecotrain.base.errors import EcotrainError
+from ecotrain.core.loop import evaluate
 from ecotrain.memory.measure import estimates, peak_rss, rss_now
 from ecotrain.memory.estimate import optim_states
 from ecotrain.memory.shard import strategy_bytes
-from ecotrain.orphans import watch_parent
-from ecotrain.trainer import fit
+from ecotrain.core.orphans import watch_parent
+from ecotrain.assembly.trainer import fit
 
 
 def worker(folder: Path) -> None:

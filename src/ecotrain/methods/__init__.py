@@ -13,7 +13,7 @@ import importlib
 
 from ecotrain.config.methods import UserMethodConfig
 from ecotrain.data.builtin import describe, import_object
-from ecotrain.errors import ConfigError, DataError
+from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.methods.base import Method, Methods, TrainedRuns
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 
 MISSING = "methods.adapters needs PEFT: pip install 'ecotrain[adapters]'"

@@ -31,13 +31,13 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from ecotrain.loop import evaluate_split
+from ecotrain.core.loop import evaluate_split
 from ecotrain.checkpoint.format import load_state_dict_file
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.replay import check_pinned, file_digest, run_file
-from ecotrain.tensorfile import cpu_copy
-from ecotrain.runfiles import MODEL
+from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.base.runfiles import MODEL
 
 log = logging.getLogger(__name__)
 

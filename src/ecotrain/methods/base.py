@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ecotrain.callbacks.base import HOOKS, Callback
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 METHOD_HOOKS = ("transform", "param_groups", "prepare_batch", "loss_terms", "data", "train_mode", "eval_model", "finalize", "export")
 

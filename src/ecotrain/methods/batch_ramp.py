@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import torch
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import epoch_order, plain
-from ecotrain.stepplan import step_batch_size
+from ecotrain.core.stepplan import step_batch_size
 
 EXPONENT = {"none": 0.0, "linear": 1.0, "sqrt": 0.5}
 

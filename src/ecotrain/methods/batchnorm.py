@@ -53,11 +53,11 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.bn_domain import Stats, read_domains_file, read_stats, to_tensors, write_stats
-from ecotrain.runfiles import SUMMARY, RunFiles
+from ecotrain.base.runfiles import SUMMARY, RunFiles
 
 DEFAULT_GROUPS = 32
 _BN = nn.modules.batchnorm._BatchNorm

@@ -25,7 +25,7 @@ from torch import nn
 
 from ecotrain.checkpoint import read_checkpoint
 from ecotrain.checkpoint.format import unflatten
-from ecotrain.errors import CheckpointError, ConfigError, DataError
+from ecotrain.base.errors import CheckpointError, ConfigError, DataError
 from ecotrain.methods.replay import exported_file, read_exported  # the shared export reader
 
 _BN = nn.modules.batchnorm._BatchNorm

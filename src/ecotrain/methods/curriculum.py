@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecotrain.flops import count_flops
+from ecotrain.core.flops import count_flops
 from ecotrain.data.sampler import EpochSampler
-from ecotrain.errors import ConfigError, DataError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method, TrainedRuns
 from ecotrain.methods.sampling import generator
 from ecotrain.methods.selective import per_sample_loss
-from ecotrain.userpath import user_path
-from ecotrain.runfiles import LEDGER, RunFiles
+from ecotrain.core.userpath import user_path
+from ecotrain.base.runfiles import LEDGER, RunFiles
 
 _SALT = 7
 
@@ -118,7 +118,7 @@ class Curriculum(Method):
     def _score_with_reference(self, state) -> torch.Tensor:
         if self.load_trained is None:
             raise ConfigError("methods.curriculum: score by a reference run needs the run's model loader; build "
-                              "the methods with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")
+                              "the methods with build_methods(cfg, load_trained=ecotrain.export.inference.load_trained)")
         ref = self.load_trained(self.cfg.reference, state.device.type)
         out: list[torch.Tensor] = []
 

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from ecotrain.data.sources import subset
-from ecotrain.errors import CheckpointError
-from ecotrain.log import log
+from ecotrain.base.errors import CheckpointError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.sampling import over_subset
 

@@ -39,12 +39,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.checkpoint.snapshot import load_model_weights
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method, TrainedRuns
 from ecotrain.methods.kd import kd_loss
 from ecotrain.models import build_model
-from ecotrain.runfiles import CHECKPOINTS, LEDGER, RunFiles
+from ecotrain.base.runfiles import CHECKPOINTS, LEDGER, RunFiles
 
 CACHE_BATCH = 512
 
@@ -145,7 +145,7 @@ class Distill(Method):
                 raise ConfigError(f"{where}: a folder says its own model (its config); drop methods.distill.teacher_model")
             if self.load_trained is None:
                 raise ConfigError(f"{where}: a teacher run folder needs the run's model loader; build the methods "
-                                  "with build_methods(cfg, load_trained=ecotrain.inference.load_trained)")
+                                  "with build_methods(cfg, load_trained=ecotrain.export.inference.load_trained)")
             teacher = self.load_trained(path, "cpu").model
             self.facts.update(teacher_cost(path, self.read_ledger))
         else:

@@ -14,7 +14,7 @@ import copy
 import torch
 from torch import nn
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.base import Method
 
 

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.replay import check_pinned, exported_file, file_digest, read_exported
 

@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 
 from torch import nn
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.base import Method
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 from ecotrain.methods.finetune import matches
 

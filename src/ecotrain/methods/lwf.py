@@ -33,12 +33,12 @@ import torch
 
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.checkpoint.snapshot import load_model_weights
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.kd import kd_loss
 from ecotrain.methods.replay import IGNORE, Replay, check_pinned, file_digest, run_file
-from ecotrain.task import logits_of
-from ecotrain.runfiles import MODEL
+from ecotrain.core.task import logits_of
+from ecotrain.base.runfiles import MODEL
 
 
 def teacher_file(path: str | Path, where: str = "methods.lwf.teacher") -> Path:

@@ -41,8 +41,8 @@ import torch.nn.utils.prune as tprune
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 from ecotrain.models.vision1d import MLP, ConvBase
 

@@ -33,8 +33,8 @@ from fnmatch import fnmatchcase
 import torch
 from torch import nn
 
-from ecotrain import loop
-from ecotrain.errors import ConfigError
+from ecotrain.core import loop
+from ecotrain.base.errors import ConfigError
 from ecotrain.methods.base import Method
 
 

@@ -55,13 +55,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ecotrain.device import current_index, same_device
-from ecotrain.errors import CheckpointError, ConfigError
+from ecotrain.core.device import current_index, same_device
+from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
-from ecotrain.task import TARGET_KEYS, SequenceTask, logits_of
-from ecotrain.tensorfile import read_tensors
-from ecotrain.userpath import user_path
-from ecotrain.runfiles import EXPORT, RunFiles
+from ecotrain.core.task import TARGET_KEYS, SequenceTask, logits_of
+from ecotrain.core.tensorfile import read_tensors
+from ecotrain.core.userpath import user_path
+from ecotrain.base.runfiles import EXPORT, RunFiles
 
 IGNORE = SequenceTask.IGNORE  # a target the loss skips
 

@@ -26,8 +26,8 @@ import bisect
 import torch
 import torch.nn.functional as F
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
 from ecotrain.methods.base import Method
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ecotrain.data.bucketing import BucketSampler
 from ecotrain.data.sampler import EpochSampler
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 
 def epoch_order(sampler, epoch: int) -> torch.Tensor:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from ecotrain.batch import batch_size, select
-from ecotrain.errors import ConfigError
-from ecotrain.loop import set_train_mode
+from ecotrain.core.batch import batch_size, select
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.loop import set_train_mode
 from ecotrain.methods.base import Method
-from ecotrain.task import SequenceTask
+from ecotrain.core.task import SequenceTask
 
 
 def per_sample_loss(task, out, batch) -> torch.Tensor:

@@ -7,7 +7,7 @@ from torch import nn
 
 from ecotrain.config import ModelConfig
 from ecotrain.data.builtin import import_object
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.models.causal_lm import causal_lm
 from ecotrain.models.charlm import CharLM
 from ecotrain.models.nanogpt import NanoGPT

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from torch import nn
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 # arch -> (config class, model class, ecotrain's size name -> the config's field)
 ARCHS: dict[str, tuple[str, str, dict[str, str]]] = {

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.accounting.compare import judge
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.report import page as P
 from ecotrain.report import plots
 from ecotrain.report.diagnosis import diagnose, diagnose_lm
 from ecotrain.report.memory_page import section
 from ecotrain.report.page import e
 from ecotrain.report.rundata import read_run
-from ecotrain.rundir import atomic_write, refuse_overwriting
-from ecotrain.version import __version__
-from ecotrain.runfiles import REPORT
+from ecotrain.core.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.version import __version__
+from ecotrain.base.runfiles import REPORT
 
 DEFAULT_REGIONS = ("SE", "FR", "GB", "DE", "US", "CN", "IN", "PL", "AU")
 

@@ -11,7 +11,7 @@ from typing import Iterable, Optional, Sequence
 
 from ecotrain.accounting.energy import country_intensity, country_iso3
 from ecotrain.accounting.report import FIGURES, figure, format_ledger, num
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.report import plots
 from ecotrain.report.diagnosis import Diagnosis
 

@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Optional, Sequence
 
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
           "#bcbd22")

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from ecotrain.accounting.report import LEDGER_FIELDS, SUMMARY_STRINGS, check_numbers, check_readable
-from ecotrain.errors import ConfigError
-from ecotrain.jsonfile import read_json
-from ecotrain.runfiles import CHECKPOINTS, CONFIG, ENVIRONMENT, LEDGER, METRICS, MLFLOW, SUMMARY
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.jsonfile import read_json
+from ecotrain.base.runfiles import CHECKPOINTS, CONFIG, ENVIRONMENT, LEDGER, METRICS, MLFLOW, SUMMARY
 
 
 @dataclass

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from ecotrain.config import load_config
-from ecotrain.errors import ConfigError
-from ecotrain.rundir import file_in_the_way
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.rundir import file_in_the_way
 from ecotrain.speech.dataset import default_spec, generate, load
 from ecotrain.speech.feedback import FeedbackSettings
 from ecotrain.speech.rounds import run, summary_figures, table

@@ -32,13 +32,13 @@ from typing import Optional
 import torch
 
 from ecotrain.config import Config
-from ecotrain.errors import ConfigError, PreemptedError
+from ecotrain.base.errors import ConfigError, PreemptedError
 from ecotrain.methods.replay import balanced
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import CTCTask
 from ecotrain.speech.dataset import SpeechData, SpeechSource, bundle
 from ecotrain.speech.transcripts import corrupt, decode, normalize_transcript
-from ecotrain.trainer import fit
+from ecotrain.assembly.trainer import fit
 
 STRATEGIES = ("naive", "replay", "protected", "average", "adapters")
 ADAPTER_TARGETS = ["conv.0", "conv.2", "proj", "head"]  # Conv1d and Linear: what PEFT's LoRA supports

@@ -19,11 +19,11 @@ from ecotrain.continual.drift import drift_report
 from ecotrain.continual.gate import GatePolicy, decide
 from ecotrain.continual.registry import Registry
 from ecotrain.continual.router import accuracy as route_accuracy
-from ecotrain.errors import ConfigError
-from ecotrain.tensorfile import save_weights
-from ecotrain.log import log
+from ecotrain.base.errors import ConfigError
+from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.log import log
 from ecotrain.methods.average import averaged_model
-from ecotrain.rundir import write_json
+from ecotrain.core.rundir import write_json
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import transcribe, word_error_rate
 from ecotrain.speech.dataset import SpeechData
@@ -31,7 +31,7 @@ from ecotrain.speech.feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay,
                                       label_accounting, make_incoming)
 from ecotrain.speech.transcripts import decode
 from ecotrain.speech.utterance_router import SpeechRouter
-from ecotrain.runfiles import RunFiles
+from ecotrain.base.runfiles import RunFiles
 
 
 def wer(models: dict, default, sources: dict) -> float:

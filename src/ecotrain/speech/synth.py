@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecotrain.errors import DataError
+from ecotrain.base.errors import DataError
 
 INSTALL_HINT = "install it with `apt-get install espeak-ng` (or `make speech`)"
 

@@ -17,7 +17,7 @@ import importlib.util
 
 from ecotrain.callbacks.base import Callback
 from ecotrain.callbacks.wing import WingContext
-from ecotrain.errors import ConfigError
+from ecotrain.base.errors import ConfigError
 from ecotrain.tracking.base import Tracker, flatten, numeric  # noqa: F401  (the trackers' shared parts)
 
 EXTRAS = {  # tracker -> (module that must be importable, what it is, the extra to install)
@@ -59,7 +59,7 @@ def run_callbacks(ctx: WingContext) -> list[Callback]:
 
 def after_finish(run, summary: dict) -> None:
     """Rank 0, after summary.json and ledger.json: environment.json, then each tracker's last upload."""
-    from ecotrain.environment import write_environment
+    from ecotrain.core.environment import write_environment
 
     write_environment(run.folder.path, run.bundle.content_hash, run.threads)
     for cb in run.cbs.callbacks:

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ecotrain.errors import ConfigError
-from ecotrain.log import log
-from ecotrain.rundir import write_json
+from ecotrain.base.errors import ConfigError
+from ecotrain.base.log import log
+from ecotrain.core.rundir import write_json
 from ecotrain.tracking.base import Tracker, flatten, numeric
-from ecotrain.runfiles import CHECKPOINTS, MLFLOW, MODEL, RunFiles
+from ecotrain.base.runfiles import CHECKPOINTS, MLFLOW, MODEL, RunFiles
 
 BATCH = 1000  # MLflow's log_batch limit (metrics); params and tags: 100
 FLUSH_EVERY = 500  # buffered metric points

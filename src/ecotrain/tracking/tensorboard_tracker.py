@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ecotrain.tracking.base import Tracker, numeric
-from ecotrain.runfiles import TENSORBOARD, RunFiles
+from ecotrain.base.runfiles import TENSORBOARD, RunFiles
 
 COST = ("flops", "energy_kwh", "co2e_g")
 
