@@ -117,6 +117,8 @@ def test_the_error_boundary_survives_an_undecodable_argument(tmp_path, locale):
 def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
     import pwd
 
+    from ecotrain.accounting import meter_plan
+    from ecotrain.core import threads
     from ecotrain.data import cache
 
     def no_entry(uid):
@@ -126,6 +128,7 @@ def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     assert cache.cache_dir() is None
+    assert threads.cache_file() is None and meter_plan._file({}) is None  # one owner: base/cachedir.py
     monkeypatch.setenv("ECOTRAIN_CACHE", "~/c")  # `~` cannot be expanded either
     assert cache.cache_dir() is None
     monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
@@ -135,6 +138,8 @@ def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
     assert cache.cache_dir() is None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / "ecotrain"
+    assert threads.cache_file() == tmp_path / "ecotrain" / "threads.json"
+    assert meter_plan._file({}).parent == tmp_path / "ecotrain" / "meter"
 
 
 def test_a_run_folder_named_in_no_utf8_exports(odd_run):

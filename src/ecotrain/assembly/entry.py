@@ -15,7 +15,6 @@ from ecotrain.config import Config, load_config
 from ecotrain.base.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError
 from ecotrain.base.log import log
 from ecotrain.core.preemption import Preemption
-from ecotrain.core.resume import auto
 from ecotrain.core.rundir import hold
 from ecotrain.base.runfiles import CONFIG, RunFiles
 from ecotrain.assembly.trainer import RunResult, fit
@@ -27,12 +26,9 @@ def fit_recipe(recipe, overrides: Sequence[str] = (), run_dir=None, *, quiet: bo
     """`ecotrain fit RECIPE OVERRIDES [--run-dir D] [--resume auto|CKPT] ...`: the exit code. `config`: the
     recipe with its overrides already loaded (the CLI read it to choose the thread count): not read again."""
     cfg = config if config is not None else load_config(recipe, list(overrides))
-    with hold(run_dir):  # the decision below and the run: one command in the folder at a time
-        if resume == "auto":  # the newest valid checkpoint, or a fresh start (resume.auto)
-            resume, overwrite = auto(run_dir, overwrite)
-        return report(fit(cfg, run_dir=run_dir, quiet=quiet, resume=Path(resume) if resume else None,
-                          allow_config_change=allow_config_change, init_from=init_from,
-                          keep_optimizer=keep_optimizer, overwrite=overwrite, preemption=preemption))
+    # `fit` holds the folder's lock from its first decision (`--resume auto`: which checkpoint) to its last write
+    return report(fit(cfg, run_dir=run_dir, quiet=quiet, resume=resume, allow_config_change=allow_config_change,
+                      init_from=init_from, keep_optimizer=keep_optimizer, overwrite=overwrite, preemption=preemption))
 
 
 def resume_run(run_dir, overrides: Sequence[str] = (), *, quiet: bool = False, allow_config_change: bool = False,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ecotrain.base import startup
+from ecotrain.base.cachedir import cache_dir
 from ecotrain.cli.commands import BY_NAME, COMMANDS, TRAINS
 from ecotrain.base.errors import EXIT_FAILURE, EXIT_USAGE, EcotrainError, os_error_line
 from ecotrain.base.fsnames import shown, tolerant_streams
@@ -242,9 +243,7 @@ def _user_frame(exc: BaseException) -> str:
 
 
 def _cache_folder() -> Path | None:
-    from ecotrain.data.cache import cache_dir  # here: it imports torch, which cli/program.py must not
-
-    return cache_dir()  # None: no home folder (data/cache.py)
+    return cache_dir()  # None: no home folder (base/cachedir.py)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from typing import Optional
 from ecotrain.checkpoint.format import verify_checkpoint
 from ecotrain.continual.lock import LOCK_TIMEOUT, registry_lock
 from ecotrain.continual.registry import INDEX_FORMAT, SLICE_RE, Registry, Slice, check_version_name
-from ecotrain.data.cache import cache_dir
+from ecotrain.base.cachedir import cache_dir
 from ecotrain.base.errors import CheckpointError, ConfigError, EcotrainError
 from ecotrain.base.log import log
 from ecotrain.tracking import EXTRAS, flatten, numeric
@@ -176,7 +176,7 @@ class MlflowRegistry(Registry):
             raise ConfigError(f"registry {spec}: needs the mlflow extra: {install}")
         key = hashlib.sha256(f"{self.uri}#{self.model}".encode()).hexdigest()[:16]
         root = cache_dir()
-        if root is None:  # no home folder (data/cache.py): downloads need a folder that outlives the command
+        if root is None:  # no home folder (base/cachedir.py): downloads need a folder that outlives the command
             raise ConfigError(f"registry {spec}: no home folder for its download cache; set ECOTRAIN_CACHE "
                               "to a writable folder")
         super().__init__(root / "mlflow" / key)

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from ecotrain.base.cachedir import cache_dir
 from ecotrain.base.runfiles import LEDGER
 
 CGROUP_ENV = "ECOTRAIN_CGROUP_ROOT"
@@ -286,9 +287,10 @@ def probe_key(cfg: dict, goal: str, cores: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def cache_file() -> Path:
-    root = os.environ.get("ECOTRAIN_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "ecotrain") / "threads.json"
+def cache_file() -> Optional[Path]:
+    """Where the decisions are kept (base/cachedir.py); None with no home folder: nothing is kept."""
+    root = cache_dir()
+    return root / "threads.json" if root is not None else None
 
 
 def probe_once(cfg: dict, n: int, steps: int, folder: Path) -> dict:
@@ -354,7 +356,7 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS, probe: bool 
 
     key, path = probe_key(cfg, goal, most), cache_file()
     try:
-        cached = _cached(json.loads(path.read_text()).get(key), most, goal)
+        cached = _cached(json.loads(path.read_text()).get(key), most, goal) if path is not None else None
     except (OSError, ValueError, AttributeError, RecursionError):
         cached = None  # no cache, or one that is not ours to trust: probe again and write it over
     if cached is not None:
@@ -375,6 +377,8 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS, probe: bool 
            "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "probe_cost": {k: sum(float(p.get(f"probe_{k}") or 0.0) for p in probes)
                           for k in ("wall_seconds", "cpu_seconds", "kwh")}}
+    if path is None:  # no home folder and no ECOTRAIN_CACHE: decided for this run only
+        return {**rec, "cached": False}
     try:  # recorded, so every later run of this recipe on this machine trains with the same count
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -34,35 +34,13 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from ecotrain.base.cachedir import ENV, cache_dir
 from ecotrain.core.progress_work import work
 
 FORMAT = 1  # bump when the layout of an entry changes
-ENV = "ECOTRAIN_CACHE"
 _SEP = "/"  # nested dicts are stored flat: {"templates": {"x": a}} -> "templates/x"
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Optional[Path]:
-    """The cache's root folder (not created here), or None when there is no home folder to put it in
-    and neither variable names one (then nothing is cached)."""
-    root = os.environ.get(ENV)
-    if root:
-        return _expanded(root)
-    xdg = _expanded(os.environ.get("XDG_CACHE_HOME") or "")
-    if xdg is not None and xdg.is_absolute():
-        return xdg / "ecotrain"
-    home = _expanded("~")
-    # a relative HOME: a cache in whatever folder the run starts from would be no cache
-    return home / ".cache" / "ecotrain" if home is not None and home.is_absolute() else None
-
-
-def _expanded(path: str) -> Optional[Path]:
-    """`path` with `~` expanded; None when `~` cannot be (HOME unset and no passwd entry for this uid)."""
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:  # pathlib's "Could not determine home directory."
-        return None
 
 
 _said_no_home: list[bool] = []  # the no-cache warning is said once per process, not once per dataset
