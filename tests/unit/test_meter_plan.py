@@ -204,3 +204,18 @@ def test_an_unwritable_cache_folder_is_no_error(cache):
     (cache / "meter").write_text("a file where the folder would be")
     e = measured(cache)
     assert e["kwh"] > 0 and e["meter_startup"]["hardware"] == "probed"
+
+
+def test_two_runs_probing_at_once_leave_one_whole_plan(cache):
+    if any(os.path.exists(p) for p in meter_plan._GPU_NODES):
+        pytest.skip("a GPU machine always probes (meter_plan.py)")
+    code = ("from ecotrain.accounting.energy import EnergyMeter\n"
+            "m = EnergyMeter(1.0, 'process', 0.5); m.start(); e = m.stop(); print(e['meter_startup']['hardware'])")
+    env = {**os.environ, "ECOTRAIN_CACHE": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    saved = json.loads(plan_file(cache).read_text())  # one file, whole: each writer replaced it atomically
+    assert meter_plan.valid_plan(saved["plan"], "process")
+    assert not [f for f in (cache / "meter").iterdir() if f.name.endswith(".tmp")]
