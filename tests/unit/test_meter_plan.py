@@ -181,6 +181,15 @@ def test_a_good_file_is_installed_into_codecarbons_cache(cache):
     assert hc._plans[hc.make_key(t)].hardware_specs[1]["tdp"] == 8
 
 
+def test_a_plan_reading_rapl_counters_this_machine_does_not_show_is_refused(cache):
+    t = tracker()
+    fp = meter_plan.fingerprint(hc.make_key(t))
+    plan = edited(lambda p: p["hardware_specs"][1].update(mode="intel_rapl", tdp=None))
+    assert meter_plan.valid_plan(plan, "process")
+    write_saved(cache, t, {"fingerprint": {**fp, "rapl_readable": []}, "plan": plan})
+    assert meter_plan.install(t, None) == "probed"  # no readable counters here (or another fingerprint): probe
+
+
 def test_gpus_always_probe(cache):
     t = tracker()
     write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan()})

@@ -183,6 +183,9 @@ def install(tracker, gpu_ids) -> str:
         obj = _read(path) if path is not None else None
         if not obj or obj.get("fingerprint") != fp or not valid_plan(obj.get("plan"), key.tracking_mode):
             return "probed"
+        rapl = any(s.get("mode") == "intel_rapl" for s in obj["plan"]["hardware_specs"])
+        if rapl and not fp["rapl_readable"]:  # counters the plan would read that this machine does not show
+            return "probed"
         plan = hc._HardwarePlan(**obj["plan"])
         with hc._cache_lock:
             hc._plans.setdefault(key, plan)
