@@ -21,9 +21,15 @@ hc = pytest.importorskip("codecarbon.core.hardware_cache")  # CodeCarbon is a co
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path / "cache"))
-    hc.clear_cache()  # CodeCarbon's own per-process plans: each test starts as a fresh process would
+    fresh()  # CodeCarbon's own per-process plans: each test starts as a fresh process would
     yield tmp_path / "cache"
+    fresh()
+
+
+def fresh():
     hc.clear_cache()
+    meter_plan._NOTES.clear()
+    meter_plan._SOURCE.clear()
 
 
 def tracker():
@@ -57,11 +63,12 @@ def test_a_probed_plan_is_saved_and_the_next_run_reuses_it_with_the_same_method(
     path = plan_file(cache)
     saved = json.loads(path.read_text())
     assert meter_plan.valid_plan(saved["plan"], "process")
-    hc.clear_cache()  # as a new process
+    fresh()  # as a new process
     second = measured(cache)
     assert second["meter_startup"]["hardware"] == "cached"
     # the same hardware description and method: only the probe was skipped
     assert second["components_method"] == first["components_method"]
+    assert second["notes"] == first["notes"]  # what CodeCarbon said when it probed, kept with the plan
     assert second["how"].split("; from the first step")[0] == first["how"].split("; from the first step")[0]
 
 
@@ -176,9 +183,35 @@ def test_a_good_file_is_installed_into_codecarbons_cache(cache):
     if any(os.path.exists(p) for p in meter_plan._GPU_NODES):
         pytest.skip("a GPU machine always probes (meter_plan.py)")
     t = tracker()
-    write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan()})
+    write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan(),
+                           "notes": ["an unknown CPU model"]})
     assert meter_plan.install(t, None) == "cached"
     assert hc._plans[hc.make_key(t)].hardware_specs[1]["tdp"] == 8
+    assert meter_plan.notes(t) == ["an unknown CPU model"]
+    assert meter_plan.install(tracker(), None) == "cached"  # a second tracker in the process: the same answer
+
+
+@pytest.mark.parametrize("notes", ["text", [1, 2], ["x" * 1000], ["n"] * 50, {"a": 1}, None])
+def test_a_plan_with_damaged_notes_is_probed_again(cache, notes):
+    t = tracker()
+    write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan(), "notes": notes})
+    assert meter_plan.install(t, None) == "probed"
+    assert not hc._plans
+
+
+def test_the_warm_up_probe_is_reported_as_a_probe_and_its_notes_reach_the_next_run(cache):
+    if any(os.path.exists(p) for p in meter_plan._GPU_NODES):
+        pytest.skip("a GPU machine always probes (meter_plan.py)")
+    code = ("import json\nfrom ecotrain.accounting.energy import EnergyMeter, warm_up\nwarm_up('process')\n"
+            "import torch\nm = EnergyMeter(1.0, 'process', 0.5); m.start(); e = m.stop()\n"
+            "print(json.dumps([e['meter_startup']['hardware'], e['notes']]))")
+    env = {**os.environ, "ECOTRAIN_CACHE": str(cache)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    (how1, notes1), (how2, notes2) = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert (how1, how2) == ("probed", "cached") and notes2 == notes1
+    assert not any("codecarbon" in line.lower() for r in runs for line in r.stderr.splitlines())  # heard, not printed
 
 
 def test_a_plan_reading_rapl_counters_this_machine_does_not_show_is_refused(cache):
@@ -198,14 +231,14 @@ def test_gpus_always_probe(cache):
 
 
 def test_no_home_and_no_cache_folder_means_no_cache_and_no_error(monkeypatch, tmp_path):
-    hc.clear_cache()
+    fresh()
     for var in ("ECOTRAIN_CACHE", "XDG_CACHE_HOME", "HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(Path, "expanduser", lambda self: (_ for _ in ()).throw(RuntimeError("no home")))
     t = tracker()
     assert meter_plan.install(t, None) == "probed"
     meter_plan.remember(t, None)  # no folder: nothing written, nothing raised
-    hc.clear_cache()
+    fresh()
 
 
 def test_an_unwritable_cache_folder_is_no_error(cache):

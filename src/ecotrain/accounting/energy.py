@@ -61,7 +61,7 @@ def _warm(tracking_mode: str) -> None:
     try:
         from codecarbon import OfflineEmissionsTracker
 
-        log.setLevel(logging.ERROR)
+        log.setLevel(logging.ERROR)  # the tracker's own warnings: the probe's are kept by _ready
         t = OfflineEmissionsTracker(country_iso_code="USA", output_methods=[], emissions_endpoint=None,
                                     electricitymaps_api_token=None, tracking_mode=tracking_mode,
                                     allow_multiple_runs=True, log_level="error", gpu_ids=None)
@@ -86,11 +86,26 @@ def _offline_geo(tracker) -> None:
 
 def _ready(tracker, ready, gpu_ids) -> str:
     """Set `tracker`'s hardware up: from the plan saved for this machine when there is one
-    (meter_plan.py), else by CodeCarbon's probe, whose answer is then saved. `cached` or `probed`."""
+    (meter_plan.py), else by CodeCarbon's probe, whose answer is then saved with what CodeCarbon said
+    while probing (an unknown CPU model, no readable RAPL files: `energy.notes` of every run that
+    reuses the plan). `cached` or `probed`."""
     how = meter_plan.install(tracker, gpu_ids)
-    ready()
-    if how == "probed":
-        meter_plan.remember(tracker, gpu_ids)
+    if how == "cached":
+        ready()
+        return how
+    log, capture = logging.getLogger("codecarbon"), _Capture()
+    saved = (log.level, log.propagate, list(log.handlers))
+    # heard, not printed (the warm-up silences the logger; the tracker's __init__ adds a stderr handler)
+    log.handlers = [h for h in log.handlers if not isinstance(h, logging.StreamHandler)] + [capture]
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+    try:
+        ready()
+    finally:
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+        log.handlers = saved[2]
+    meter_plan.remember(tracker, gpu_ids, capture.messages)
     return how
 
 
@@ -281,6 +296,7 @@ class EnergyMeter:
                      "source": f"CodeCarbon {self.version} OfflineEmissionsTracker" if self.version else None,
                      "missing_reason": self.reason, "notes": []}
         t, self.tracker = self.tracker, None
+        heard = meter_plan.notes(t) if t is not None else []  # what CodeCarbon said when it probed this machine
         if t is not None and getattr(t, "_start_time", None) is None:  # prepared, never started
             out["missing_reason"] = self.reason or "the run ended before training started (the meter never started)"
             t = None
@@ -306,7 +322,7 @@ class EnergyMeter:
                 if self.startup_wait is not None:
                     out["how"] += (f"; from the first step on: CodeCarbon's own start-up ({self.startup_wait:.2f} s "
                                    f"waited, {self.startup_cpu or 0.0:.2f} CPU-s) not counted")
-        out["notes"] = list(self._capture.messages)
+        out["notes"] = list(dict.fromkeys([*heard, *self._capture.messages]))[:20]
         self._restore_logger()
         return out
 

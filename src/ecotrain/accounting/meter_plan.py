@@ -17,6 +17,8 @@ The plan is reused only where it is the same answer:
   always probes (the GPU set-up needs NVML anyway, and a swapped card keeps its device node);
 - the file is checked field by field (kinds, finite TDP, RAPL only at its standard folder); a
   damaged, truncated, oversized or hand-edited file is ignored and replaced after the next probe.
+What CodeCarbon said while probing (an unknown CPU model, no readable RAPL files) is kept with the
+plan and in this process (`notes`), so each run's `energy.notes` says it, whoever probed.
 Nothing here raises: without a cache folder, or with CodeCarbon's internals not as expected (another
 major version), CodeCarbon probes as before. `EnergyMeter` reports which happened
 (`meter_startup.hardware`: `cached` or `probed`).
@@ -166,6 +168,26 @@ def valid_plan(plan, tracking_mode: str) -> bool:
     return kinds is not None and sorted(kinds) == ["cpu", "ram"] and all(_valid_spec(s, tracking_mode) for s in specs)
 
 
+_NOTES: dict = {}  # CodeCarbon's cache key -> what it said when it probed (this process's or the file's)
+_SOURCE: dict = {}  # CodeCarbon's cache key -> `cached` (from the file) or `probed` (in this process)
+MAX_NOTES, NOTE_CHARS = 20, 300
+
+
+def notes(tracker) -> list:
+    """What CodeCarbon said while probing the hardware `tracker` uses (an unknown CPU model, no readable
+    RAPL files), whether the probe ran in this process or in the run that saved the plan."""
+    hc = _cache_module()
+    try:
+        return list(_NOTES.get(hc.make_key(tracker), ())) if hc is not None else []
+    except Exception:  # noqa: BLE001 - a tracker of another CodeCarbon: no notes, not an error
+        return []
+
+
+def _valid_notes(v) -> bool:
+    return (isinstance(v, list) and len(v) <= MAX_NOTES
+            and all(isinstance(n, str) and len(n) <= NOTE_CHARS for n in v))
+
+
 def install(tracker, gpu_ids) -> str:
     """Before `tracker` sets its hardware up: put the plan saved for this machine into CodeCarbon's
     cache. `cached` when it did (or CodeCarbon already holds one in this process), else `probed`
@@ -176,32 +198,40 @@ def install(tracker, gpu_ids) -> str:
     try:
         key = hc.make_key(tracker)
         with hc._cache_lock:
-            if key in hc._plans:
-                return "cached"
+            if key in hc._plans:  # set up before in this process: by a saved plan, or by a probe (the warm-up's)
+                return _SOURCE.get(key, "probed")
         fp = fingerprint(key)
         path = _file(fp)
         obj = _read(path) if path is not None else None
-        if not obj or obj.get("fingerprint") != fp or not valid_plan(obj.get("plan"), key.tracking_mode):
+        if (not obj or obj.get("fingerprint") != fp or not valid_plan(obj.get("plan"), key.tracking_mode)
+                or not _valid_notes(obj.get("notes", []))):
             return "probed"
         rapl = any(s.get("mode") == "intel_rapl" for s in obj["plan"]["hardware_specs"])
         if rapl and not fp["rapl_readable"]:  # counters the plan would read that this machine does not show
             return "probed"
         plan = hc._HardwarePlan(**obj["plan"])
         with hc._cache_lock:
-            hc._plans.setdefault(key, plan)
+            if key not in hc._plans:
+                hc._plans[key] = plan
+                _NOTES[key], _SOURCE[key] = list(obj.get("notes", [])), "cached"
         return "cached"
     except Exception:  # noqa: BLE001 - a cache: CodeCarbon probes as it would without it
         return "probed"
 
 
-def remember(tracker, gpu_ids) -> None:
-    """After a probe: write the plan CodeCarbon found for `tracker` to the cache, atomically (two runs
-    racing each write a whole file; the last one stays)."""
+def remember(tracker, gpu_ids, said: list = ()) -> None:
+    """After a probe: keep what CodeCarbon `said` while probing for this process, and write the plan it
+    found for `tracker`, with those notes, to the cache, atomically (two runs racing each write a whole
+    file; the last one stays)."""
     hc = _cache_module()
-    if hc is None or _gpu_machine(gpu_ids):
+    if hc is None:
         return
     try:
         key = hc.make_key(tracker)
+        said = [str(n)[:NOTE_CHARS] for n in said][:MAX_NOTES]
+        _NOTES[key], _SOURCE[key] = said, "probed"
+        if _gpu_machine(gpu_ids):
+            return
         with hc._cache_lock:
             plan = hc._plans.get(key)
         if plan is None:
@@ -212,7 +242,7 @@ def remember(tracker, gpu_ids) -> None:
         if path is None or not valid_plan(data, key.tracking_mode):
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"fingerprint": fp, "plan": data}, sort_keys=True, indent=1, allow_nan=False)
+        text = json.dumps({"fingerprint": fp, "plan": data, "notes": said}, sort_keys=True, indent=1, allow_nan=False)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".hardware-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
