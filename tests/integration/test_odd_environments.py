@@ -33,7 +33,7 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def homeless(tmp_path, *args, fail=None, locale=None):
+def homeless(tmp_path, *args, fail=None, locale=None, cache=None):
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "ECOTRAIN_CACHE")}
     env.update({"TMPDIR": str(tmp_path / "tmp"), "MPLCONFIGDIR": str(tmp_path / "mpl"), "OMP_NUM_THREADS": "1",
                 "PYTHONPATH": str(ROOT / "src")})
@@ -41,6 +41,8 @@ def homeless(tmp_path, *args, fail=None, locale=None):
         env["FAIL"] = fail
     if locale:
         env.update({"LANG": locale, "LC_ALL": locale})
+    if cache:
+        env["ECOTRAIN_CACHE"] = str(cache)
     (tmp_path / "tmp").mkdir(exist_ok=True)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
@@ -149,3 +151,30 @@ def test_a_run_folder_named_in_no_utf8_exports(odd_run):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(b"exported: run-\\xff/model.pt2")
     assert os.path.isfile(os.fsencode(odd_run) + b"/run-\xff/model.pt2")
+
+
+def test_no_home_folder_meters_energy_with_a_probe_and_saves_no_plan(tmp_path):
+    """The energy meter's hardware plan lives in the user cache (accounting/meter_plan.py): with none,
+    CodeCarbon probes, the figure is there, and nothing is written anywhere."""
+    p = homeless(tmp_path, "fit", ROOT / "recipes" / "mnist1d_cnn.yaml", "data.num_samples=300",
+                 "loop.max_steps=2", "loop.eval_every=2", "--run-dir", tmp_path / "run", "--quiet", locale="C")
+    err = p.stderr.decode()
+    assert p.returncode == 0 and "Traceback" not in err, err
+    energy = json.loads((tmp_path / "run" / "ledger.json").read_text())["energy"]
+    assert energy["kwh"] and energy["kwh"] > 0 and energy["meter_startup"]["hardware"] == "probed", energy
+    assert not list(tmp_path.rglob("hardware-*.json"))
+
+
+def test_no_home_folder_but_a_cache_folder_saves_the_plan_and_reuses_it(tmp_path):
+    """CodeCarbon reads ~/.codecarbon.config in every tracker and failed without a home: the meter
+    never started (energy.py `_home_proof`). With ECOTRAIN_CACHE the plan is saved, then reused."""
+    runs = []
+    for name in ("a", "b"):
+        p = homeless(tmp_path, "fit", ROOT / "recipes" / "mnist1d_cnn.yaml", "data.num_samples=300",
+                     "loop.max_steps=2", "loop.eval_every=2", "--run-dir", tmp_path / name, "--quiet",
+                     cache=tmp_path / "cache")
+        assert p.returncode == 0 and "Traceback" not in p.stderr.decode(), p.stderr.decode()
+        runs.append(json.loads((tmp_path / name / "ledger.json").read_text())["energy"])
+    assert [e["meter_startup"]["hardware"] for e in runs] == ["probed", "cached"]
+    assert all(e["kwh"] and e["kwh"] > 0 and e["missing_reason"] is None for e in runs), runs
+    assert len(list((tmp_path / "cache" / "meter").glob("hardware-*.json"))) == 1

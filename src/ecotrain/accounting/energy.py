@@ -31,6 +31,7 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -61,6 +62,7 @@ def _warm(tracking_mode: str) -> None:
     try:
         from codecarbon import OfflineEmissionsTracker
 
+        _home_proof()
         log.setLevel(logging.ERROR)  # the tracker's own warnings: the probe's are kept by _ready
         t = OfflineEmissionsTracker(country_iso_code="USA", output_methods=[], emissions_endpoint=None,
                                     electricitymaps_api_token=None, tracking_mode=tracking_mode,
@@ -82,6 +84,38 @@ def _offline_geo(tracker) -> None:
     JSON, and the grid as the world average (`force_carbon_intensity_g_co2e_kwh`, in `_prepare`)."""
     if getattr(tracker, "_country_name", "") is None:
         tracker._country_name = _energy_mix().get("USA", {}).get("country_name", "United States")
+
+
+def _home_proof() -> None:
+    """Every tracker's `__init__` reads CodeCarbon's global `~/.codecarbon.config` and raises where
+    there is no home folder (HOME unset, no passwd entry: an arbitrary container uid), so the meter
+    never started there and the run had no energy figure. With no home that file cannot exist: the
+    tracker gets the rest of CodeCarbon's configuration as CodeCarbon reads it (./.codecarbon.config,
+    then the CODECARBON_* variables). Called before a tracker is built; a no-op where a home exists."""
+    if os.environ.get("HOME"):
+        return
+    try:
+        Path("~").expanduser()
+        return  # a passwd entry gives a home: CodeCarbon finds it
+    except RuntimeError:
+        pass
+    import codecarbon.emissions_tracker as tracker_module
+    from codecarbon.core import config as cc
+
+    found = tracker_module.get_hierarchical_config
+    if getattr(found, "ecotrain_home_proof", False):
+        return
+
+    def without_home():
+        try:
+            return found()
+        except RuntimeError:  # "Could not determine home directory."
+            conf = dict(cc.read_config_file(str(Path.cwd() / cc.CONFIG_FILE_NAME)))
+            conf.update(cc.parse_env_config()[cc.CONFIG_SECTION])
+            return conf
+
+    without_home.ecotrain_home_proof = True
+    tracker_module.get_hierarchical_config = without_home
 
 
 def _ready(tracker, ready, gpu_ids) -> str:
@@ -247,6 +281,7 @@ class EnergyMeter:
         self.version = getattr(codecarbon, "__version__", "?")
         self._quiet_logger()
         try:
+            _home_proof()
             self.tracker = OfflineEmissionsTracker(
                 country_iso_code="USA",  # a placeholder: ecotrain computes CO2e itself (co2e_intensity)
                 output_methods=[], emissions_endpoint=None, electricitymaps_api_token=None,
