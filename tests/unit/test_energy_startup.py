@@ -60,3 +60,23 @@ def test_grid_data_read_directly_matches_codecarbons():
 
     assert energy.world_average() == float(DataSource().get_carbon_intensity_per_source_data()["world_average"])
     assert energy._energy_mix() == DataSource().get_global_energy_mix_data()
+
+
+def test_a_codecarbon_without_the_grid_argument_still_meters(monkeypatch):
+    """The meter gives CodeCarbon the grid (`force_carbon_intensity_g_co2e_kwh`) so its unused CO2e
+    figure loads no tables; a CodeCarbon without that argument still starts and measures."""
+    import codecarbon
+
+    class Older(codecarbon.OfflineEmissionsTracker):
+        def __init__(self, *a, **k):
+            if "force_carbon_intensity_g_co2e_kwh" in k:
+                raise TypeError("__init__() got an unexpected keyword argument 'force_carbon_intensity_g_co2e_kwh'")
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(codecarbon, "OfflineEmissionsTracker", Older)
+    m = meter()
+    m.start()
+    assert type(m.tracker) is Older and m.reason is None, m.reason
+    time.sleep(0.6)
+    e = m.stop()
+    assert e["kwh"] > 0 and e["missing_reason"] is None

@@ -282,12 +282,17 @@ class EnergyMeter:
         self._quiet_logger()
         try:
             _home_proof()
-            self.tracker = OfflineEmissionsTracker(
+            kwargs = dict(
                 country_iso_code="USA",  # a placeholder: ecotrain computes CO2e itself (co2e_intensity)
                 output_methods=[], emissions_endpoint=None, electricitymaps_api_token=None,
                 measure_power_secs=self.sample_seconds, tracking_mode=self.tracking_mode, pue=self.pue,
-                allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids,
-                force_carbon_intensity_g_co2e_kwh=world_average())
+                allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids)
+            try:  # the grid given (_offline_geo); a CodeCarbon without the argument looks it up itself
+                self.tracker = OfflineEmissionsTracker(**kwargs, force_carbon_intensity_g_co2e_kwh=world_average())
+            except TypeError as exc:
+                if "force_carbon_intensity" not in str(exc):
+                    raise
+                self.tracker = OfflineEmissionsTracker(**kwargs)
             self._drop_stream_handlers()
             _offline_geo(self.tracker)
             if getattr(self.tracker, "_electricitymaps_api_token", None):  # from a user config file: stay offline
