@@ -288,7 +288,7 @@ class EnergyMeter:
                 measure_power_secs=self.sample_seconds, tracking_mode=self.tracking_mode, pue=self.pue,
                 allow_multiple_runs=True, log_level="warning", gpu_ids=self.gpu_ids)
             try:  # the grid given (_offline_geo); a CodeCarbon without the argument looks it up itself
-                self.tracker = OfflineEmissionsTracker(**kwargs, force_carbon_intensity_g_co2e_kwh=world_average())
+                self.tracker = OfflineEmissionsTracker(**kwargs, force_carbon_intensity_g_co2e_kwh=co2e_intensity(None, None)[0])
             except TypeError as exc:
                 if "force_carbon_intensity" not in str(exc):
                     raise
