@@ -131,6 +131,9 @@ def test_the_cache_folder_without_a_home(monkeypatch, tmp_path):
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     assert cache.cache_dir() is None
     assert threads.cache_file() is None and meter_plan._file({}) is None  # one owner: base/cachedir.py
+    monkeypatch.setenv("HOME", "")  # empty: expanduser would make it "/", a cache at /.cache
+    assert cache.cache_dir() is None
+    monkeypatch.delenv("HOME")
     monkeypatch.setenv("ECOTRAIN_CACHE", "~/c")  # `~` cannot be expanded either
     assert cache.cache_dir() is None
     monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))

@@ -168,7 +168,7 @@ def test_a_damaged_or_foreign_plan_file_is_ignored_then_replaced_by_a_probe(cach
         os.mkfifo(path)  # opening it for reading must not block: O_NONBLOCK, then fstat says not a file
     elif damage == "binary":
         path.write_bytes(os.urandom(512))
-    assert meter_plan.install(t, None) == "probed"
+    assert meter_plan.install(t, None) == ("probed", True)
     assert not hc._plans  # nothing from the file reached CodeCarbon
     if damage in ("directory", "fifo"):
         return  # the path is taken by something that is not a file: the probe's answer is not saved there
@@ -185,17 +185,17 @@ def test_a_good_file_is_installed_into_codecarbons_cache(cache):
     t = tracker()
     write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan(),
                            "notes": ["an unknown CPU model"]})
-    assert meter_plan.install(t, None) == "cached"
+    assert meter_plan.install(t, None) == ("cached", False)
     assert hc._plans[hc.make_key(t)].hardware_specs[1]["tdp"] == 8
     assert meter_plan.notes(t) == ["an unknown CPU model"]
-    assert meter_plan.install(tracker(), None) == "cached"  # a second tracker in the process: the same answer
+    assert meter_plan.install(tracker(), None) == ("cached", False)  # a second tracker in the process: the same answer
 
 
 @pytest.mark.parametrize("notes", ["text", [1, 2], ["x" * 1000], ["n"] * 50, {"a": 1}, None])
 def test_a_plan_with_damaged_notes_is_probed_again(cache, notes):
     t = tracker()
     write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan(), "notes": notes})
-    assert meter_plan.install(t, None) == "probed"
+    assert meter_plan.install(t, None) == ("probed", True)
     assert not hc._plans
 
 
@@ -220,13 +220,13 @@ def test_a_plan_reading_rapl_counters_this_machine_does_not_show_is_refused(cach
     plan = edited(lambda p: p["hardware_specs"][1].update(mode="intel_rapl", tdp=None))
     assert meter_plan.valid_plan(plan, "process")
     write_saved(cache, t, {"fingerprint": {**fp, "rapl_readable": []}, "plan": plan})
-    assert meter_plan.install(t, None) == "probed"  # no readable counters here (or another fingerprint): probe
+    assert meter_plan.install(t, None) == ("probed", True)  # no readable counters here (or another fingerprint): probe
 
 
 def test_gpus_always_probe(cache):
     t = tracker()
     write_saved(cache, t, {"fingerprint": meter_plan.fingerprint(hc.make_key(t)), "plan": good_plan()})
-    assert meter_plan.install(t, [0]) == "probed"
+    assert meter_plan.install(t, [0]) == ("probed", True)
     meter_plan.remember(t, [0])  # nothing saved for a GPU run either
 
 
@@ -236,7 +236,7 @@ def test_no_home_and_no_cache_folder_means_no_cache_and_no_error(monkeypatch, tm
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(Path, "expanduser", lambda self: (_ for _ in ()).throw(RuntimeError("no home")))
     t = tracker()
-    assert meter_plan.install(t, None) == "probed"
+    assert meter_plan.install(t, None) == ("probed", True)
     meter_plan.remember(t, None)  # no folder: nothing written, nothing raised
     fresh()
 
@@ -261,3 +261,46 @@ def test_two_runs_probing_at_once_leave_one_whole_plan(cache):
     saved = json.loads(plan_file(cache).read_text())  # one file, whole: each writer replaced it atomically
     assert meter_plan.valid_plan(saved["plan"], "process")
     assert not [f for f in (cache / "meter").iterdir() if f.name.endswith(".tmp")]
+
+
+def test_what_the_probe_said_reaches_every_run_whoever_probed(cache, monkeypatch):
+    """The CLI probes in its warm-up thread (`energy._warm`), then the meter sets the same hardware up
+    again: that second set-up is no probe, says nothing, and must neither report `cached` nor wipe the
+    probe's notes; a later process reads them from the file."""
+    if any(os.path.exists(p) for p in meter_plan._GPU_NODES):
+        pytest.skip("a GPU machine always probes (meter_plan.py)")
+    import logging
+
+    from codecarbon.core.resource_tracker import ResourceTracker
+
+    from ecotrain.accounting import energy
+
+    real = ResourceTracker.set_RAM_tracking
+
+    def said(self, *a, **k):  # whatever this machine's probe says, it says this too
+        logging.getLogger("codecarbon").warning("a probe's warning, for the test")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(ResourceTracker, "set_RAM_tracking", said)
+    energy._warm("process")  # the warm-up's probe, in this thread
+    runs = [measured(cache) for _ in range(2)]  # the meter's own set-ups in the same process
+    fresh()  # as a new process
+    runs.append(measured(cache))
+    assert [e["meter_startup"]["hardware"] for e in runs] == ["probed", "probed", "cached"]
+    for e in runs:
+        assert "a probe's warning, for the test" in e["notes"], e["notes"]
+    saved = json.loads(plan_file(cache).read_text())
+    assert "a probe's warning, for the test" in saved["notes"]
+
+
+def test_a_killed_writers_old_temporary_file_is_swept(cache):
+    if any(os.path.exists(p) for p in meter_plan._GPU_NODES):
+        pytest.skip("a GPU machine always probes (meter_plan.py)")
+    folder = cache / "meter"
+    folder.mkdir(parents=True)
+    old, new = folder / ".hardware-old.tmp", folder / ".hardware-new.tmp"
+    old.write_text("{")
+    new.write_text("{")
+    os.utime(old, (1, 1))
+    measured(cache)
+    assert not old.exists() and new.exists()  # a writer of now may still be renaming its own

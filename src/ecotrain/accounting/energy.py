@@ -123,8 +123,8 @@ def _ready(tracker, ready, gpu_ids) -> str:
     (meter_plan.py), else by CodeCarbon's probe, whose answer is then saved with what CodeCarbon said
     while probing (an unknown CPU model, no readable RAPL files: `energy.notes` of every run that
     reuses the plan). `cached` or `probed`."""
-    how = meter_plan.install(tracker, gpu_ids)
-    if how == "cached":
+    how, probe = meter_plan.install(tracker, gpu_ids)
+    if not probe:  # a saved plan, or this process's earlier set-up: CodeCarbon reuses it and says nothing
         ready()
         return how
     log, capture = logging.getLogger("codecarbon"), _Capture()

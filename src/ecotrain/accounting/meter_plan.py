@@ -35,6 +35,7 @@ import os
 import platform
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -188,35 +189,38 @@ def _valid_notes(v) -> bool:
             and all(isinstance(n, str) and len(n) <= NOTE_CHARS for n in v))
 
 
-def install(tracker, gpu_ids) -> str:
-    """Before `tracker` sets its hardware up: put the plan saved for this machine into CodeCarbon's
-    cache. `cached` when it did (or CodeCarbon already holds one in this process), else `probed`
-    (CodeCarbon will probe; `remember` saves its answer)."""
+def install(tracker, gpu_ids) -> tuple[str, bool]:
+    """Before `tracker` sets its hardware up: `(how, probe)`. Where this process set the same hardware up
+    before (a saved plan, or a probe: the CLI's warm-up thread), CodeCarbon holds it: that `how`, no
+    probe. Else the plan saved for this machine goes into CodeCarbon's cache: `cached`, no probe. Else
+    `probed`, and CodeCarbon will probe: `remember` keeps its answer and what it said."""
     hc = _cache_module()
-    if hc is None or _gpu_machine(gpu_ids):
-        return "probed"
+    if hc is None:
+        return "probed", True
     try:
         key = hc.make_key(tracker)
         with hc._cache_lock:
-            if key in hc._plans:  # set up before in this process: by a saved plan, or by a probe (the warm-up's)
-                return _SOURCE.get(key, "probed")
+            if key in hc._plans:
+                return _SOURCE.get(key, "probed"), False
+        if _gpu_machine(gpu_ids):
+            return "probed", True
         fp = fingerprint(key)
         path = _file(fp)
         obj = _read(path) if path is not None else None
         if (not obj or obj.get("fingerprint") != fp or not valid_plan(obj.get("plan"), key.tracking_mode)
                 or not _valid_notes(obj.get("notes", []))):
-            return "probed"
+            return "probed", True
         rapl = any(s.get("mode") == "intel_rapl" for s in obj["plan"]["hardware_specs"])
         if rapl and not fp["rapl_readable"]:  # counters the plan would read that this machine does not show
-            return "probed"
+            return "probed", True
         plan = hc._HardwarePlan(**obj["plan"])
         with hc._cache_lock:
             if key not in hc._plans:
                 hc._plans[key] = plan
                 _NOTES[key], _SOURCE[key] = list(obj.get("notes", [])), "cached"
-        return "cached"
+        return _SOURCE.get(key, "cached"), False
     except Exception:  # noqa: BLE001 - a cache: CodeCarbon probes as it would without it
-        return "probed"
+        return "probed", True
 
 
 def remember(tracker, gpu_ids, said: list = ()) -> None:
@@ -249,6 +253,7 @@ def remember(tracker, gpu_ids, said: list = ()) -> None:
                 f.write(text)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+            _sweep(path.parent)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -256,3 +261,11 @@ def remember(tracker, gpu_ids, said: list = ()) -> None:
     except Exception:  # noqa: BLE001 - a cache that cannot be written is no cache, not an error
         return
 
+
+def _sweep(folder: Path, older_than: float = 3600.0) -> None:
+    """Temporary files a killed writer left (a run stopped between its write and its rename)."""
+    now = time.time()
+    for tmp in folder.glob(".hardware-*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.lstat().st_mtime > older_than:
+                tmp.unlink()

@@ -23,7 +23,7 @@ def cache_dir() -> Optional[Path]:
     xdg = _expanded(os.environ.get("XDG_CACHE_HOME") or "")
     if xdg is not None and xdg.is_absolute():
         return xdg / "ecotrain"
-    home = _expanded("~")
+    home = _passwd_home() if os.environ.get("HOME") == "" else _expanded("~")  # an empty HOME is "/" to expanduser
     # a relative HOME: a cache in whatever folder the run starts from would be no cache
     return home / ".cache" / "ecotrain" if home is not None and home.is_absolute() else None
 
@@ -33,4 +33,14 @@ def _expanded(path: str) -> Optional[Path]:
     try:
         return Path(path).expanduser()
     except RuntimeError:  # pathlib's "Could not determine home directory."
+        return None
+
+
+def _passwd_home() -> Optional[Path]:
+    """This user's home from the passwd database, or None (no entry, or no such database)."""
+    try:
+        import pwd
+
+        return Path(pwd.getpwuid(os.getuid()).pw_dir) or None
+    except (ImportError, KeyError, OSError):
         return None
