@@ -260,7 +260,7 @@ def test_two_runs_probing_at_once_leave_one_whole_plan(cache):
     assert all(p.returncode == 0 for p in procs), outs
     saved = json.loads(plan_file(cache).read_text())  # one file, whole: each writer replaced it atomically
     assert meter_plan.valid_plan(saved["plan"], "process")
-    assert not [f for f in (cache / "meter").iterdir() if f.name.endswith(".tmp")]
+    assert not [f for f in (cache / "meter").iterdir() if ".tmp" in f.name]
 
 
 def test_what_the_probe_said_reaches_every_run_whoever_probed(cache, monkeypatch):
@@ -298,7 +298,7 @@ def test_a_killed_writers_old_temporary_file_is_swept(cache):
         pytest.skip("a GPU machine always probes (meter_plan.py)")
     folder = cache / "meter"
     folder.mkdir(parents=True)
-    old, new = folder / ".hardware-old.tmp", folder / ".hardware-new.tmp"
+    old, new = folder / ".hardware-old.json.tmp-1", folder / ".hardware-new.json.tmp-2"  # atomic_write's names
     old.write_text("{")
     new.write_text("{")
     os.utime(old, (1, 1))

@@ -34,12 +34,13 @@ import math
 import os
 import platform
 import socket
-import tempfile
+import stat
 import time
 from pathlib import Path
 from typing import Optional
 
 from ecotrain.base.cachedir import cache_dir
+from ecotrain.core.rundir import atomic_write
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024
@@ -114,7 +115,7 @@ def _read(path: Path) -> Optional[dict]:
         return None
     try:
         st = os.fstat(fd)
-        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > MAX_BYTES:  # a regular file, small
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             obj = json.loads(f.read(MAX_BYTES + 1).decode("utf-8"))
@@ -247,17 +248,8 @@ def remember(tracker, gpu_ids, said: list = ()) -> None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"fingerprint": fp, "plan": data, "notes": said}, sort_keys=True, indent=1, allow_nan=False)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".hardware-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-            _sweep(path.parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, text.encode("utf-8"))  # core/rundir.py: temp name, fsync, rename
+        _sweep(path.parent)
     except Exception:  # noqa: BLE001 - a cache that cannot be written is no cache, not an error
         return
 
@@ -265,7 +257,7 @@ def remember(tracker, gpu_ids, said: list = ()) -> None:
 def _sweep(folder: Path, older_than: float = 3600.0) -> None:
     """Temporary files a killed writer left (a run stopped between its write and its rename)."""
     now = time.time()
-    for tmp in folder.glob(".hardware-*.tmp"):
+    for tmp in folder.glob(".hardware-*.tmp-*"):  # atomic_write's `.NAME.tmp-PID`
         with contextlib.suppress(OSError):
             if now - tmp.lstat().st_mtime > older_than:
                 tmp.unlink()
