@@ -1,7 +1,9 @@
 """`threads: auto` chosen for what is paid (threads.pick): before the run's first step, and before the
 ledger starts its clocks, a short probe of the run's own config with each candidate thread count (1,
-2, 4, ... the usable cores), each in its own process, decides by kWh per step (or seconds, or money:
-ECOTRAIN_THREADS_FOR). The decision is kept per recipe and machine (threads.json in the cache), so a
+2, 4, ... the usable cores), each at two lengths in its own process, measures the steady-state step
+(the difference, so set-up, test and save cancel) and decides by kWh per step (or seconds, or money:
+ECOTRAIN_THREADS_FOR); more threads only where they pay no more energy and no more money per step than
+one thread. The decision is kept per recipe and machine (threads.json in the cache), so a
 seed trains with the same count every time on one machine; a resume keeps its checkpoint's count
 (threads.for_fit). One log line says the choice and its reason; ledger.json `threads` records it and
 the probes' own cost (paid once per recipe and machine, not in the run's figures)."""
@@ -77,7 +79,7 @@ class ThreadPick(Callback):
         if rec["threads"] != torch.get_num_threads():
             torch.set_num_threads(rec["threads"])
         log.info(rec["line"])
-        self.record = {k: rec.get(k) for k in ("threads", "objective", "probes", "when", "cached", "probe_cost",
-                                               "line")}
+        self.record = {k: rec.get(k) for k in ("threads", "objective", "method", "probes", "when", "cached",
+                                               "probe_cost", "line")}
         if self.ledger is not None:
             self.ledger.threads_pick = self.record

@@ -48,11 +48,11 @@ class AugmentConfig(_Section):
 
 
 class DataConfig(_Section):
-    name: str = Field("mnist1d", description="mnist1d | digits | text | npz | csv | pkg.module:Dataset")
+    name: str = Field("mnist1d", description="mnist1d | digits | glyphs | text | npz | csv | pkg.module:Dataset")
     path: Optional[str] = None  # for npz / csv
     target: str = "label"  # csv label column
     kwargs: dict[str, Any] = Field(default_factory=dict)  # for an import-path Dataset
-    num_samples: int = Field(5000, gt=0)  # mnist1d only; at least MIN_MNIST1D_SAMPLES
+    num_samples: int = Field(5000, gt=0)  # mnist1d (at least MIN_MNIST1D_SAMPLES) and glyphs only
     # the classifier's output size when the data holds only some classes (a continual task: labels 2 and 3
     # of a 10-way head); None: the largest label + 1. Labels at or above it are refused.
     num_classes: Optional[int] = Field(None, ge=2)

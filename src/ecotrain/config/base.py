@@ -15,6 +15,6 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
-    name: str = Field("cnn", description="mlp | cnn | resnet | charlm | nanogpt | causal_lm | pkg.module:Class")
+    name: str = Field("cnn", description="mlp | cnn | resnet | cnn2d | charlm | nanogpt | causal_lm | pkg.module:Class")
     kwargs: dict[str, Any] = Field(default_factory=dict)
     dropout: float = Field(0.0, ge=0, lt=1)

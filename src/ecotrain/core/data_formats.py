@@ -26,6 +26,7 @@ class DataFormat:
 FORMATS = (
     DataFormat("mnist1d", "ecotrain.data.builtin:load_mnist1d", kwargs=True, tokens=False),  # make_dataset's args
     DataFormat("digits", "ecotrain.data.builtin:load_digits", kwargs=False, tokens=False),
+    DataFormat("glyphs", "ecotrain.data.glyphs:load_glyphs", kwargs=True, tokens=False),  # 2-D images, made here
     DataFormat("npz", "ecotrain.data.builtin:load_npz", kwargs=False, tokens=False, file=True),
     DataFormat("csv", "ecotrain.data.builtin:load_csv", kwargs=False, tokens=False, file=True),
     DataFormat("text", "ecotrain.data.text:load_text", kwargs=True, tokens=True),  # the stdlib's source, as bytes

@@ -251,7 +251,10 @@ def for_fit(setting: Union[int, str] = "auto", workers: int = 0, resume=None) ->
 OBJECTIVE_ENV = "ECOTRAIN_THREADS_FOR"  # energy (default) | time | money
 PROBE_ENV = "ECOTRAIN_THREADS_PROBE"  # "0": no probe (auto as the cores allow, as before)
 OBJECTIVES = ("energy", "time", "money")
-PROBE_STEPS = 40
+# each count runs at both lengths; per-step figures are the difference over the steps between, so set-up,
+# test evaluation and checkpoint save (most of a short run) cancel: a 40-step probe read 3x the real step
+PROBE_STEPS = (20, 220)  # 200 steps between: ~0.5 s of the demo, next to ~7 s of process start
+PROBE_METHOD = "steady"  # threads.json entries without it were measured with set-up counted: probed again
 TIE = 0.03  # within 3% of the best: the fewer threads (less CPU held, the same figure within the probe's noise)
 _KEY_SECTIONS = ("model", "data", "optim", "precision", "methods", "task", "device", "memory", "compile")
 
@@ -293,39 +296,103 @@ def cache_file() -> Optional[Path]:
     return root / "threads.json" if root is not None else None
 
 
-def probe_once(cfg: dict, n: int, steps: int, folder: Path) -> dict:
+def _probe_run(cfg: dict, n: int, steps: int, folder: Path) -> dict:
     """`ecotrain fit` of a copy of the run's config for `steps` steps with `n` threads, in its own
-    process; its ledger's figures per step."""
+    process; its ledger's totals (set-up, test and save included)."""
     import json
     import subprocess
     import sys
 
     import yaml
 
-    recipe = folder / f"probe-{n}.yaml"
+    recipe = folder / f"probe-{n}-{steps}.yaml"
     recipe.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
-    run = folder / f"run-{n}"
+    run = folder / f"run-{n}-{steps}"
     cmd = [sys.executable, "-m", "ecotrain", "fit", str(recipe), f"threads={n}", f"loop.max_steps={steps}",
            "loop.max_epochs=null", "loop.eval_every=null", "--run-dir", str(run), "--overwrite", "--quiet"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"probe with {n} threads failed: {(r.stderr or r.stdout).strip()[-300:]}")
     L = json.loads((run / LEDGER).read_text())
-    done = max(1, int(L.get("steps") or steps))
-    per = lambda v: None if v is None else float(v) / done  # noqa: E731
-    return {"threads": n, "steps": done, "wall_per_step": per(L.get("wall_seconds")),
-            "cpu_per_step": per(L.get("cpu_seconds")), "kwh_per_step": per((L.get("energy") or {}).get("kwh")),
-            "cost_per_step": per((L.get("cost") or {}).get("amount")), "probe_wall_seconds": L.get("wall_seconds"),
-            "probe_cpu_seconds": L.get("cpu_seconds"), "probe_kwh": (L.get("energy") or {}).get("kwh")}
+    return {"steps": int(L.get("steps") or steps), "wall": L.get("wall_seconds"), "cpu": L.get("cpu_seconds"),
+            "kwh": (L.get("energy") or {}).get("kwh"), "cost": (L.get("cost") or {}).get("amount")}
+
+
+def _per_step(short: dict, long: dict, k: str) -> tuple[Optional[float], bool]:
+    """(one step's `k`, fell back): the long run's figure less the short one's over the steps between,
+    so set-up, test evaluation and checkpoint save cancel; where load noise makes that difference not
+    positive (or a figure is missing), the long run's own average, an overestimate but never a crash."""
+    a, b = short.get(k), long.get(k)
+    if b is None:
+        return None, False
+    span = long["steps"] - short["steps"]
+    if a is not None and span > 0:
+        d = (float(b) - float(a)) / span
+        if math.isfinite(d) and d > 0:
+            return d, False
+    avg = float(b) / max(1, long["steps"])
+    return (avg if math.isfinite(avg) else None), True
+
+
+def steady(short: dict, long: dict, n: int) -> dict:
+    """A candidate's steady-state figures per training step from its short and long probe runs."""
+    got = {k: _per_step(short, long, k) for k in ("wall", "cpu", "kwh", "cost")}
+    per = {f"{k}_per_step": v for k, (v, _) in got.items()}
+    return {"threads": n, "short_steps": short["steps"], "long_steps": long["steps"], **per,
+            "fallbacks": sum(fell for _, fell in got.values()),  # figures read as the long run's average
+            **{f"probe_{k}": sum(float(r.get(s) or 0.0) for r in (short, long))
+               for k, s in (("wall_seconds", "wall"), ("cpu_seconds", "cpu"), ("kwh", "kwh"))}}
+
+
+def probe_once(cfg: dict, n: int, steps: tuple[int, int], folder: Path) -> dict:
+    """`n` threads' steady-state figures per step: the run at two lengths (`steps`: short, long)."""
+    short, long = (_probe_run(cfg, n, s, folder) for s in steps)
+    return steady(short, long, n)
 
 
 def score(p: dict, goal: str) -> float:
     """Lower is better: kWh per step (energy; CPU-seconds per step where the probe had no energy
-    figure), seconds per step (time), money per step (money: vCPU-hours x price)."""
-    key = {"energy": "kwh_per_step", "time": "wall_per_step", "money": "cost_per_step"}[goal]
-    v = p.get(key)
+    figure), seconds per step (time), money per step (money: core-seconds where no price)."""
+    return {"energy": _energy, "time": lambda p: float(p["wall_per_step"]), "money": _money}[goal](p)
+
+
+def _energy(p: dict) -> float:
+    v = p.get("kwh_per_step")
     return float(v if v is not None else p["cpu_per_step"])
+
+
+def _money(p: dict) -> float:
+    v = p.get("cost_per_step")
+    return float(v if v is not None else p["wall_per_step"] * p["threads"])  # core-seconds: what a price multiplies
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else (1.0 if a == b else math.inf)
+
+
+def decide(probes: list[dict], goal: str) -> tuple[dict, str]:
+    """(the chosen probe, why). More threads only where they beat 1 thread on `goal` by more than TIE and
+    pay no more energy and no more money per step than 1 thread (within TIE): more cores held must not
+    raise what the run pays; among those, the fewest threads within TIE of the best."""
+    one = next(p for p in probes if p["threads"] == 1)
+    vs_one = lambda p: (_ratio(score(p, goal), score(one, goal)), _ratio(_energy(p), _energy(one)),  # noqa: E731
+                        _ratio(_money(p), _money(one)))
+    pool, held_back = [one], []
+    for p in probes:
+        s, e, m = vs_one(p)
+        if p is not one and s < 1 - TIE:
+            (pool if e <= 1 + TIE and m <= 1 + TIE else held_back).append(p)
+    best = min(score(p, goal) for p in pool)
+    chosen = min((p for p in pool if score(p, goal) <= best * (1 + TIE)), key=lambda p: p["threads"])
+    if chosen is not one:
+        return chosen, "{:.2f}x 1 thread's {} per step, and no more energy ({:.2f}x) or money ({:.2f}x)".format(
+            vs_one(chosen)[0], goal, *vs_one(chosen)[1:])
+    if held_back:
+        return one, "; ".join(
+            "{} threads beat 1 on {} ({:.2f}x) but would pay {:.2f}x its energy and {:.2f}x its money".format(
+                p["threads"], goal, *vs_one(p)) for p in held_back)
+    return one, f"no count beat 1 thread's {goal} by more than {TIE:.0%}"
 
 
 def _finite(v) -> bool:
@@ -339,6 +406,7 @@ def _cached(entry, most: int, goal: str) -> Optional[dict]:
         return None
     n, probes, cost = entry.get("threads"), entry.get("probes"), entry.get("probe_cost")
     if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= most and entry.get("objective") == goal
+            and entry.get("method") == PROBE_METHOD
             and isinstance(entry.get("line"), str) and isinstance(entry.get("when"), str)
             and isinstance(probes, list) and isinstance(cost, dict)
             and all(isinstance(p, dict) and all(_finite(v) for v in p.values()) for p in probes)
@@ -347,7 +415,18 @@ def _cached(entry, most: int, goal: str) -> Optional[dict]:
     return entry
 
 
-def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS, probe: bool = True) -> Optional[dict]:
+def _said(p: dict) -> str:
+    """One candidate's per-step figures for the log line."""
+    n = p["threads"]
+    return (f"{n} thread{'s' if n > 1 else ''}: {p['wall_per_step'] * 1e3:.2f} ms, {p['cpu_per_step'] * 1e3:.2f} CPU-ms"
+            + (f", {p['kwh_per_step'] * 3.6e6:.3g} J" if p.get("kwh_per_step") is not None else "")
+            + (f", cost {p['cost_per_step']:.3g}" if p.get("cost_per_step") is not None
+               else f", {p['wall_per_step'] * n * 1e3:.2f} core-ms")
+            + " per step" + (" (noisy: some figures are the long run's average)" if p.get("fallbacks") else ""))
+
+
+def pick(cfg: dict, most: int, goal: str, steps: tuple[int, int] = PROBE_STEPS,
+         probe: bool = True) -> Optional[dict]:
     """The thread count for `goal` by a probe of each candidate (or the cached decision for this
     recipe on this machine: the same seed trains with the same count every time). One line says it."""
     import json
@@ -365,16 +444,12 @@ def pick(cfg: dict, most: int, goal: str, steps: int = PROBE_STEPS, probe: bool 
         return None
     with tempfile.TemporaryDirectory(prefix="ecotrain-threads-") as tmp:
         probes = [probe_once(cfg, n, steps, Path(tmp)) for n in candidates(most)]
-    best = min(score(p, goal) for p in probes)
-    chosen = min((p for p in probes if score(p, goal) <= best * (1 + TIE)), key=lambda p: p["threads"])
-    said = "; ".join(f"{p['threads']} thread{'s' if p['threads'] > 1 else ''}: "
-                     f"{p['wall_per_step'] * 1e3:.2f} ms, {p['cpu_per_step'] * 1e3:.2f} CPU-ms"
-                     + (f", {p['kwh_per_step'] * 3.6e6:.3g} J" if p.get("kwh_per_step") is not None else "")
-                     + " per step" for p in probes)
-    line = (f"threads: {chosen['threads']} of {most} usable cores, chosen for {goal} ({OBJECTIVE_ENV}) by a probe "
-            f"of {steps} steps on a copy of this run: {said}")
-    rec = {"threads": chosen["threads"], "objective": goal, "probes": probes, "key": key, "line": line,
-           "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    chosen, why = decide(probes, goal)
+    line = (f"threads: {chosen['threads']} of {most} usable cores, chosen for {goal} ({OBJECTIVE_ENV}): {why}. "
+            f"Per step, by probes of {steps[0]} and {steps[1]} steps on a copy of this run (the difference: set-up "
+            f"and test cancel): {'; '.join(map(_said, probes))}")
+    rec = {"threads": chosen["threads"], "objective": goal, "method": PROBE_METHOD, "probes": probes, "key": key,
+           "line": line, "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "probe_cost": {k: sum(float(p.get(f"probe_{k}") or 0.0) for p in probes)
                           for k in ("wall_seconds", "cpu_seconds", "kwh")}}
     if path is None:  # no home folder and no ECOTRAIN_CACHE: decided for this run only

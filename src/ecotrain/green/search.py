@@ -385,6 +385,9 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     log.info(f"baseline: {base_dir}")
     train(opts.recipe, seeded, base_dir, opts.preemption)
     base = read_run(base_dir, opts.metric, opts.by)
+    said = resolution(opts, int(((read_ledger(base_dir).get("flops") or {}).get("eval_samples_per_pass")) or 0))
+    if said:
+        log.warning(said)
     curve = val_curve(base_dir, opts.metric)
     search = Search(baseline=base, levers=levers, not_applied=not_applied, metric=opts.metric)
     base_steps = int(read_summary(base_dir)["steps"])
@@ -476,6 +479,27 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
                                  "`ecotrain green` command again to continue the search")
     search.chosen = check(opts, search, base_cfg)
     return search
+
+
+RESOLVE = 10  # one validation sample should move the metric by at most a tenth of the tolerance
+
+
+def resolution(opts: Options, val_samples: int) -> Optional[str]:
+    """One line when the validation split is too small to resolve the tolerance: an accuracy (or error)
+    moves by 1/n per sample, so with n < RESOLVE / tolerance a trial passes or fails by a sample or two
+    and the cheapest "feasible" trial is mostly the luckiest. None when it can, or for a metric that is
+    not a fraction of samples (a loss, perplexity, bits per byte: their spread is the check seeds' to show)."""
+    name = opts.metric.split("_", 1)[-1]
+    if name not in ("accuracy", "error") or val_samples <= 0 or opts.tolerance <= 0:
+        return None
+    step = 1.0 / val_samples
+    if step * RESOLVE <= opts.tolerance + 1e-12:
+        return None
+    need = math.ceil(RESOLVE / opts.tolerance)
+    return (f"the validation split has {val_samples} samples: one sample moves {opts.metric} by {step:.4f}, more than "
+            f"a tenth of the tolerance {opts.tolerance:g}, so the search cannot resolve it and its pick is mostly "
+            f"luck; give data.val_split so that it holds {need} samples or more, or a larger --tolerance, or more "
+            f"--check-seeds (now {len(opts.check_seeds)})")
 
 
 def larger_batches(summary: dict) -> int:

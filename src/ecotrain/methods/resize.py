@@ -4,7 +4,8 @@
       - name: progressive_resize
         scales: [0.5, 0.75]   # input length as a fraction of the full length, stage by stage
         until: [0.25, 0.5]    # each stage ends at this fraction of the planned steps; then full length
-        mode: auto            # downsample (signals: linear interpolation) | crop (token sequences: the
+        mode: auto            # downsample (signals: linear interpolation; images (N, C, H, W): bilinear
+                              # on both sides) | crop (token sequences: the
                               # first tokens, targets alike); auto: crop integer inputs, downsample others
 
 The stage is a function of the step alone, so a resume at any step trains on the same lengths.
@@ -38,6 +39,9 @@ def resize(x: torch.Tensor, y: torch.Tensor, scale: float, mode: str):
     if mode == "crop":
         return x[..., :size], (y[..., :size] if y.ndim == x.ndim and y.shape[-1] == n else y)
     shape = x.shape
+    if x.ndim == 4:  # images (N, C, H, W): both sides, bilinear (mixed fidelity: lower resolution early)
+        hw = (max(1, round(shape[2] * scale)), size)
+        return F.interpolate(x.float(), size=hw, mode="bilinear", align_corners=False, antialias=True).to(x.dtype), y
     flat = x.reshape(-1, 1, n) if x.ndim < 3 else x.reshape(shape[0], -1, n)
     out = F.interpolate(flat.float(), size=size, mode="linear", align_corners=False).to(x.dtype)
     return out.reshape(*shape[:-1], size), y

@@ -12,6 +12,7 @@ from ecotrain.models.causal_lm import causal_lm
 from ecotrain.models.charlm import CharLM
 from ecotrain.models.nanogpt import NanoGPT
 from ecotrain.models.vision1d import MLP, ConvBase, ResNet1d, flat_dim
+from ecotrain.models.vision2d import Cnn2d
 
 
 def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int | None) -> nn.Module:
@@ -20,6 +21,7 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
         "mlp": lambda kw: MLP(n_in, num_classes, dropout=cfg.dropout, **kw),
         "cnn": lambda kw: ConvBase(n_in, num_classes, dropout=cfg.dropout, **kw),
         "resnet": lambda kw: ResNet1d(n_in, num_classes, dropout=cfg.dropout, **kw),
+        "cnn2d": lambda kw: Cnn2d(_channels(input_shape), num_classes, dropout=cfg.dropout, **kw),
         "charlm": lambda kw: CharLM(vocab=num_classes or 256, max_len=input_shape[0], dropout=cfg.dropout, **kw),
         "nanogpt": lambda kw: NanoGPT(vocab=_vocab(kw, num_classes) or 256, max_len=kw.pop("max_len", seq_len or 1024),
                                       dropout=cfg.dropout, **kw),
@@ -48,6 +50,16 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
 # A built-in's size keywords: lists of sizes (with the fewest entries each needs), or one size.
 _SIZE_LISTS = {"hidden": 0, "widths": 1}
 _SIZES = {"channels", "d_model", "n_layers", "n_heads", "mlp_ratio", "n_kv_heads", "d_ff", "max_len", "vocab_size"}
+
+
+def _channels(shape: tuple[int, ...]) -> int:
+    """An image's channels: (C, H, W) has C, (H, W) one; anything else is not an image."""
+    if len(shape) == 3:
+        return shape[0]
+    if len(shape) == 2:
+        return 1
+    raise ConfigError(f"model cnn2d: takes images shaped (channels, height, width) or (height, width) per sample; "
+                      f"the data's samples are shaped {tuple(shape)}")
 
 
 def _vocab(kwargs: dict, data_vocab: int | None) -> int | None:
