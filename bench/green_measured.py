@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ecotrain.accounting.compare import judge  # noqa: E402
-from ecotrain.accounting.report import figure  # noqa: E402
+from ecotrain.accounting.report import figure, lower_is_better  # noqa: E402
 from ecotrain.core.stats import diff_ci, sequential_interval  # noqa: E402
 from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
@@ -90,7 +90,8 @@ def main() -> int:
     ap.add_argument("--seeds", default=None, help="fresh seeds, never used in design (default 2401-2412)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     ap.add_argument("--country", default="FR", help="the grid on both sides (ledger.country)")
-    ap.add_argument("--max-accuracy-drop", type=float, default=0.01)
+    ap.add_argument("--max-accuracy-drop", type=float, default=0.01, help="the tolerance on --metric (its name kept)")
+    ap.add_argument("--metric", default="test_accuracy", help="the test figure judged (test_bits_per_byte for an LM)")
     ap.add_argument("--min-cut", type=float, default=0.5, help="required cut of energy, CO2e and money")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-green-measured"))
     ap.add_argument("--quick", action="store_true", help="two seeds of 40 steps: the plumbing, in seconds")
@@ -111,13 +112,15 @@ def main() -> int:
     verdicts = {}
     for by in BY:
         report, verdicts[by] = judge([str(r) for r in base], [str(r) for r in green], args.max_accuracy_drop,
-                                     args.min_cut, by, look=args.look)
+                                     args.min_cut, by, args.metric, look=args.look)
         if by == "co2e":
             print("\n" + report + "\n")
     vs = set(verdicts.values())
     verdict = "PASS" if vs == {"PASS"} else "FAIL" if "FAIL" in vs else "INCONCLUSIVE"
     print("verdicts: " + ", ".join(f"--by {k}: {v}" for k, v in verdicts.items()))
-    acc = lambda r: json.loads((r / "summary.json").read_text())["test_accuracy"]  # noqa: E731
+    # the drop is baseline - green for a figure better higher, green - baseline for one better lower (bits per byte)
+    sign = -1.0 if lower_is_better(args.metric) else 1.0
+    acc = lambda r: sign * json.loads((r / "summary.json").read_text())[args.metric]  # noqa: E731
     drop = diff_ci([acc(r) for r in base], [acc(r) for r in green], paired=True)  # the fixed 95% interval
     seq = sequential_interval([acc(b) - acc(g) for b, g in zip(base, green)], args.look) if args.look else None
     startup = [(ledger(r)["energy"].get("meter_startup") or {}).get("wait_seconds") for r in base + green]

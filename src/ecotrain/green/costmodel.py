@@ -31,6 +31,8 @@ def features(params: dict, base_batch: int) -> list[float]:
     return [math.log(params.get("samples", 1.0)),
             math.log(params.get("batch", base_batch) / base_batch),
             math.log(params.get("width", 1.0)),
+            math.log(params.get("depth", 1.0)),
+            float(params.get("fidelity", 0.0)),
             float(params.get("prune", 0.0)),
             math.log(params.get("keep", 1.0)),
             float(bool(params.get("ema"))),

@@ -438,7 +438,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
         else:
             study.sampler = _sampler(opts, number)
             trial = study.ask()
-            params = space.suggest(trial, levers, base_cfg.data.batch_size, largest)
+            params = space.suggest(trial, levers, base_cfg.data.batch_size, largest, measured)
         overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
         row = Row(number, "", params, overrides)
         predicted, cheapest = predict(opts, search, params, base_cfg.data.batch_size)
@@ -506,9 +506,9 @@ def larger_batches(summary: dict) -> int:
     """The largest batch a measured search may try: half the training set (samples seen over epochs
     begun, which can only undercount it), 0 when the baseline's summary does not say."""
     epochs, seen = summary.get("epochs"), summary.get("samples_seen")
-    if not isinstance(epochs, int) or not isinstance(seen, int) or epochs < 1 or seen < 1:
+    if not isinstance(epochs, int) or not isinstance(seen, int) or epochs < 0 or seen < 1:
         return 0
-    return seen // epochs // 2
+    return seen // max(1, epochs) // 2  # a run inside its first epoch has begun one
 
 
 def predict(opts: Options, search: Search, params: dict, base_batch: int) -> tuple[Optional[float], Optional[float]]:

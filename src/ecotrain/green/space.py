@@ -2,7 +2,8 @@
 
 A lever applies to a recipe or it does not (`levers(cfg)` says which, and why not): the schedule
 and the batch size apply to every recipe with a step or epoch budget, the LR factor to every recipe; the width to the built-in
-models; structured pruning to `cnn` and `mlp`; selective backprop to a classification task; EMA and
+models; the depth to the built-in transformers; mixed fidelity (half-size inputs early) to models that
+pool over their input's size; structured pruning to `cnn` and `mlp`; selective backprop to a classification task; EMA and
 the stability stop to any run with a validation split. Each trial's values become dotted overrides
 of the recipe (`to_overrides`), so every trial is an ordinary `ecotrain fit` run and the chosen one
 an ordinary recipe.
@@ -20,9 +21,14 @@ from typing import Optional
 import yaml
 
 from ecotrain.base.errors import ConfigError
+from ecotrain.core.data_formats import data_format
 
 SAMPLES = (0.1, 0.5)  # fraction of the baseline's training samples, log-uniform: the cheap end is sampled most
 SAMPLES_MEASURED = (0.1, 1.0)  # a measured search: larger batches cost less per sample, so up to all of them
+# a measured search that may shrink the model: a smaller model trained on more samples can match a larger one
+# for less (the compute-optimal trade), so up to twice the baseline's samples
+SAMPLES_SMALLER = (0.1, 2.0)
+SIZE_LEVERS = ("width", "depth")
 BATCH_FRACTIONS = (0.16, 0.25, 0.32, 0.5, 0.75, 1.0)  # of the baseline's batch size
 # a measured search only: fewer, larger steps cut the per-step overhead that a FLOPs count does not see
 # (a larger batch takes the LR up by the square root of its growth, `to_overrides`)
@@ -34,8 +40,16 @@ LR_FACTORS = (0.7, 1.0, 1.4, 2.0)
 PRUNE_AMOUNTS = (0.0, 0.3)  # structured, reached by mid-run
 KEEP = (1.0, 0.5, 0.3)  # selective backprop: 1.0 is off
 MIN_BATCH = 8
-WIDTH_KEYS = {"cnn": ("channels", 25), "mlp": ("hidden", [128, 128]), "resnet": ("widths", [32, 64, 128])}
-ALL = ("schedule", "batch", "lr", "width", "prune", "selective", "ema", "stability")
+WIDTH_KEYS = {"cnn": ("channels", 25), "mlp": ("hidden", [128, 128]), "resnet": ("widths", [32, 64, 128]),
+              "cnn2d": ("widths", [16, 32, 64]), "causal_lm": ("d_model", 256), "nanogpt": ("d_model", 256),
+              "charlm": ("d_model", 256)}
+LM_MODELS = ("causal_lm", "nanogpt", "charlm")  # a transformer's width is d_model, a multiple of its heads
+DEPTH_FACTORS = (0.5, 0.75, 1.0)  # of a transformer's layers (NAS-lite: a shallower student, its cost measured)
+# mixed fidelity: inputs at half size (images: half the side, a quarter of the pixels; token sequences: half
+# the length) for this fraction of the schedule, then full size; 0 is off
+FIDELITY = (0.0, 0.5, 0.8)
+FIDELITY_MODELS = ("cnn2d", "resnet", *LM_MODELS)  # models that pool over their input's size (resize.py)
+ALL = ("schedule", "batch", "lr", "width", "depth", "fidelity", "prune", "selective", "ema", "stability")
 
 
 @dataclass(frozen=True)
@@ -56,11 +70,17 @@ def levers(cfg, only: Optional[list[str]] = None) -> tuple[list[Lever], dict[str
     if not (cfg.loop.max_steps or cfg.loop.max_epochs):
         why_not["schedule"] = why_not["batch"] = "the recipe has no step or epoch budget"
     if model not in WIDTH_KEYS:
-        why_not["width"] = f"model {model!r} is not a built-in model with a width (cnn, mlp, resnet)"
+        why_not["width"] = f"model {model!r} is not a built-in model with a width ({', '.join(WIDTH_KEYS)})"
+    if model not in LM_MODELS:
+        why_not["depth"] = f"model {model!r} is not a built-in transformer with layers ({', '.join(LM_MODELS)})"
+    if model not in FIDELITY_MODELS:
+        why_not["fidelity"] = (f"model {model!r} does not pool over its input's size; mixed fidelity needs one of "
+                               f"{', '.join(FIDELITY_MODELS)}")
     if model not in ("cnn", "mlp"):
         why_not["prune"] = f"structured pruning needs model cnn or mlp, not {model!r}"
-    if task not in ("auto", "classification"):
-        why_not["selective"] = f"selective backprop needs a classification task, not {task!r}"
+    fmt = data_format(cfg.data.name)
+    if task not in ("auto", "classification") or model in LM_MODELS or (fmt is not None and fmt.tokens):
+        why_not["selective"] = f"selective backprop needs a classification task, not {task!r} on {model!r}"
     if not has_val:
         why_not["stability"] = why_not["ema"] = "the recipe has no validation split"
     names = [n for n in ALL if n not in why_not] if only is None else list(only)
@@ -72,7 +92,9 @@ def levers(cfg, only: Optional[list[str]] = None) -> tuple[list[Lever], dict[str
                           "chooses on validation accuracy only")
     table = {"schedule": "training samples as a fraction of the baseline's", "batch": "batch size (a larger one with the LR x the square root of its growth)",
              "lr": "the learning rate x a factor (after the batch size's rule)",
-             "width": "model width", "prune": "structured pruning of channels by mid-run",
+             "width": "model width", "depth": "a transformer's layers (a shallower model)",
+             "fidelity": "half-size inputs (images: half resolution; sequences: half length) early, then full",
+             "prune": "structured pruning of channels by mid-run",
              "selective": "selective backprop (backpropagate the hardest fraction)",
              "ema": "evaluate an EMA of the weights", "stability": "stop once validation loss is stable"}
     return [Lever(n, table[n]) for n in names], {n: w for n, w in why_not.items() if only is None or n in only}
@@ -85,19 +107,25 @@ def batch_choices(base_batch: int, largest: int = 0) -> list[int]:
     return sorted(out | {round(base_batch * g) for g in BATCH_GROWTH if round(base_batch * g) <= largest})
 
 
-def suggest(trial, chosen: list[Lever], base_batch: int, largest: int = 0) -> dict:
+def suggest(trial, chosen: list[Lever], base_batch: int, largest: int = 0, measured: bool = False) -> dict:
     """The trial's values, one Optuna suggestion per lever (levers not searched keep the recipe's).
-    `largest` > 0: a measured search (larger batches and up to all the samples; batch_choices)."""
+    `measured`: a measured search (up to all the samples, or twice them with a model-size lever);
+    `largest` > 0: its larger batches (batch_choices)."""
     names = {lv.name for lv in chosen}
     p: dict = {}
     if "schedule" in names:
-        p["samples"] = trial.suggest_float("samples", *(SAMPLES_MEASURED if largest else SAMPLES), log=True)
+        span = SAMPLES if not (measured or largest) else SAMPLES_SMALLER if names & set(SIZE_LEVERS) else SAMPLES_MEASURED
+        p["samples"] = trial.suggest_float("samples", *span, log=True)
     if "batch" in names:
         p["batch"] = trial.suggest_categorical("batch", batch_choices(base_batch, largest))
     if "lr" in names:
         p["lr"] = trial.suggest_categorical("lr", list(LR_FACTORS))
     if "width" in names:
         p["width"] = trial.suggest_categorical("width", list(WIDTH_FACTORS))
+    if "depth" in names:
+        p["depth"] = trial.suggest_categorical("depth", list(DEPTH_FACTORS))
+    if "fidelity" in names:
+        p["fidelity"] = trial.suggest_categorical("fidelity", list(FIDELITY))
     if "prune" in names:
         p["prune"] = trial.suggest_categorical("prune", list(PRUNE_AMOUNTS))
     if "selective" in names:
@@ -115,10 +143,12 @@ def values(params: dict) -> dict:
     return {**params, "samples": round(params["samples"], 3)} if "samples" in params else dict(params)
 
 
-def _scaled(value, factor: float):
+def _scaled(value, factor: float, multiple: int = 1):
+    """`value` (a size or a list of sizes) x `factor`, rounded to a multiple of `multiple` (a transformer's
+    heads must divide its width), never below one multiple."""
     if isinstance(value, (list, tuple)):
-        return [max(1, round(v * factor)) for v in value]
-    return max(1, round(value * factor))
+        return [_scaled(v, factor, multiple) for v in value]
+    return max(1, round(value * factor / multiple)) * multiple
 
 
 def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[str]:
@@ -139,10 +169,17 @@ def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[s
     out += [f"loop.max_steps={steps}", "loop.max_epochs=null", f"loop.eval_every={max(1, -(-steps // evals))}"]
     if cfg.schedule.warmup and cfg.schedule.interval == "step" and cfg.schedule.warmup >= steps // 2:
         out.append(f"schedule.warmup={steps // 10}")  # a warmup as long as a short schedule is no schedule
+    kwargs, lm = cfg.model.kwargs, cfg.model.name in LM_MODELS
     if params.get("width", 1.0) != 1.0:
         key, default = WIDTH_KEYS[cfg.model.name]
-        out.append(f"model.kwargs.{key}={_flow(_scaled(cfg.model.kwargs.get(key, default), params['width']))}")
+        heads = int(kwargs.get("n_heads", 4)) if lm else 1
+        out.append(f"model.kwargs.{key}={_flow(_scaled(kwargs.get(key, default), params['width'], heads))}")
+    if params.get("depth", 1.0) != 1.0:
+        layers = int(kwargs.get("n_layers", 6 if cfg.model.name == "charlm" else 4))
+        out.append(f"model.kwargs.n_layers={_scaled(layers, params['depth'])}")
     methods = [m.model_dump(exclude_defaults=False) for m in cfg.methods]
+    if params.get("fidelity", 0.0) > 0 and not any(m["name"] == "progressive_resize" for m in methods):
+        methods.append({"name": "progressive_resize", "scales": [0.5], "until": [params["fidelity"]]})
     if params.get("prune", 0.0) > 0:
         methods.append({"name": "prune", "kind": "structured", "amount": params["prune"], "end_step": steps // 2,
                         "every": max(1, steps // 20)})
@@ -158,6 +195,8 @@ def to_overrides(cfg, params: dict, base_samples: int, evals: int = 4) -> list[s
 
 
 def _flow(value) -> str:
+    if not isinstance(value, (list, tuple, dict)):  # a scalar: safe_dump would add a document end
+        return str(value)
     return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
 
 
@@ -165,6 +204,7 @@ def predicted_cost(params: dict) -> Optional[float]:
     """The trial's FLOPs as a fraction of the baseline's, before it trains, when that is known: the
     samples fraction, when the per-sample work is the baseline's (no width, pruning or selective
     backprop change; EMA and the stability stop add no training FLOPs, and a stop only lowers it)."""
-    if params.get("width", 1.0) != 1.0 or params.get("prune", 0.0) > 0 or params.get("keep", 1.0) < 1.0:
+    if (params.get("width", 1.0) != 1.0 or params.get("depth", 1.0) != 1.0 or params.get("fidelity", 0.0) > 0
+            or params.get("prune", 0.0) > 0 or params.get("keep", 1.0) < 1.0):
         return None
     return params.get("samples", 1.0)
