@@ -19,10 +19,13 @@ CNN = "recipes/mnist1d_cnn.yaml"
 
 def test_levers_follow_the_recipe():
     names = lambda cfg, only=None: [lv.name for lv in space.levers(cfg, only)[0]]  # noqa: E731
-    assert names(load_config(CNN)) == list(space.ALL)  # the CNN: every lever applies
+    # the CNN: every lever but a transformer's depth and mixed fidelity (its flat head takes one input size)
+    assert names(load_config(CNN)) == [n for n in space.ALL if n not in ("depth", "fidelity")]
     lm, why = space.levers(load_config(CNN, ["model.name=charlm", "task.name=language_model"]))
-    assert {"width", "prune", "selective"} & {lv.name for lv in lm} == set()
-    assert "charlm" in why["width"] and "language_model" in why["selective"]
+    assert {"prune", "selective"} & {lv.name for lv in lm} == set()
+    assert {"width", "depth", "fidelity"} <= {lv.name for lv in lm}
+    assert "charlm" in why["prune"] and "language_model" in why["selective"]
+    assert "fidelity" in names(load_config("recipes/glyphs_cnn2d.yaml"))
     assert names(load_config(CNN), ["schedule", "batch"]) == ["schedule", "batch"]
     with pytest.raises(ConfigError, match="--levers prune: does not apply"):
         space.levers(load_config(CNN, ["model.name=resnet"]), ["prune"])
@@ -52,7 +55,9 @@ def test_a_measured_search_tries_larger_batches_with_a_square_root_lr():
     from ecotrain.green.search import larger_batches
 
     assert larger_batches({"epochs": 162, "samples_seen": 583_962}) == 1802  # the demo recipe's baseline
-    assert larger_batches({"epochs": 0, "samples_seen": 10}) == 0 and larger_batches({}) == 0
+    assert larger_batches({}) == 0 and larger_batches({"epochs": -1, "samples_seen": 10}) == 0
+    # a max-steps run inside its first epoch (an LM's) has begun one: it gets larger batches too
+    assert larger_batches({"epochs": 0, "samples_seen": 1920}) == 960
     assert space.batch_choices(100, 1802) == [16, 25, 32, 50, 75, 100, 200, 300, 500]
     assert space.batch_choices(100, 250) == [16, 25, 32, 50, 75, 100, 200]  # two steps an epoch at least
     cfg = load_config(CNN)
@@ -107,6 +112,19 @@ def test_the_pruner_allows_more_early_and_the_tolerance_at_the_end():
     assert pruned(50, 0.06) and not pruned(50, 0.04)  # at 50%: 0.01 + 0.08 x 0.5 = 0.05
     assert pruned(75, 0.031) and not pruned(75, 0.029)
     assert not pruned(100, 0.5)  # the end: the constraint decides, not the pruner
+
+
+def test_a_mixed_fidelity_trial_is_not_pruned_while_its_inputs_are_half_size():
+    study = optuna.create_study(pruner=gap_pruner(0.01))
+    def pruned(step, deficit, prune_from=None):
+        t = study.ask()
+        if prune_from is not None:
+            t.set_user_attr("prune_from", prune_from)
+        t.report(deficit, step)
+        return t.should_prune()
+    assert pruned(50, 0.8)  # chance accuracy at 50%: pruned ...
+    assert not pruned(50, 0.8, prune_from=51)  # ... unless it trained on half-size inputs until then
+    assert pruned(75, 0.8, prune_from=51)  # at full size since: read as any trial
 
 
 def test_a_schedule_of_fewer_steps_gets_a_wider_allowance():
@@ -211,3 +229,40 @@ def test_a_measured_search_spends_its_budget_in_what_it_measured():
     s.probes.append({"run": "p001", "cost": 0.9, "flops": 1.0})
     assert s.spent_runs(True) == pytest.approx(1.0 + 0.25 + 0.25 + 2 * 1.0 / 10.0)
     assert s.spent_runs(False) == pytest.approx((10.0 + 10.0 + 1.0 + 10.0 + 1.0) / 10.0)  # FLOPs: what was counted
+
+
+def test_model_size_and_fidelity_levers_become_overrides_that_load():
+    lm = load_config("recipes/lm_green.yaml")  # d_model 192, 4 layers, 4 heads
+    got = load_config("recipes/lm_green.yaml", space.to_overrides(
+        lm, {"samples": 1.5, "width": 0.6, "depth": 0.5, "fidelity": 0.5}, base_samples=1920))
+    assert got.model.kwargs["d_model"] == 116 and got.model.kwargs["d_model"] % 4 == 0  # heads divide the width
+    assert got.model.kwargs["n_layers"] == 2 and got.loop.max_steps == 180  # 1.5 x 1920 / 16
+    assert [(m.name, m.scales, m.until) for m in got.methods] == [("progressive_resize", [0.5], [0.5])]
+    img = load_config("recipes/glyphs_cnn2d.yaml")
+    got = load_config("recipes/glyphs_cnn2d.yaml", space.to_overrides(img, {"width": 0.6}, base_samples=57_600))
+    assert got.model.kwargs["widths"] == [10, 19, 38]
+    assert space.predicted_cost({"samples": 0.5, "depth": 0.5}) is None
+    assert space.predicted_cost({"samples": 0.5, "fidelity": 0.5}) is None
+
+
+def test_a_search_that_may_shrink_the_model_tries_more_samples():
+    def high(chosen, measured):
+        trial = optuna.create_study().ask()
+        space.suggest(trial, [space.Lever(n, "") for n in chosen], 16, 0, measured=measured)
+        return trial.distributions["samples"].high
+
+    assert high(["schedule", "width"], True) == high(["schedule", "depth"], True) == 2.0  # smaller, longer
+    assert high(["schedule"], True) == 1.0  # the model as it is: up to all the samples
+    assert high(["schedule", "width"], False) == 0.5  # a FLOPs search: the cheap end only
+
+
+def test_the_search_says_when_the_validation_split_cannot_resolve_the_tolerance(tmp_path):
+    from ecotrain.green.search import Options, resolution
+
+    opts = Options(CNN, [], tmp_path, tolerance=0.01)
+    said = resolution(opts, 143)  # digits' validation split: one sample is 0.7 points
+    assert said is not None and "143 samples" in said and "1000 samples or more" in said
+    assert resolution(opts, 2400) is None  # one sample is 0.04 points: resolved
+    assert resolution(Options(CNN, [], tmp_path, tolerance=0.05), 300) is None
+    assert resolution(Options(CNN, [], tmp_path, tolerance=0.02, metric="val_bits_per_byte"), 10) is None
+    assert resolution(opts, 0) is None and resolution(Options(CNN, [], tmp_path, tolerance=0.0), 143) is None

@@ -342,14 +342,15 @@ def pace(base_steps: int, trial_steps: int) -> float:
 
 
 def gap_pruner(tolerance: float):
-    """Prune from WARMUP% of the schedule on, when the deficit to the baseline's curve at the same
+    """Prune from WARMUP% of the schedule on (a mixed-fidelity trial: once its inputs are full size, the
+    trial's `prune_from`), when the deficit to the baseline's curve at the same
     fraction exceeds tolerance + SLACK x (1 - fraction) x the trial's `pace` (1 unless it is a shorter
     schedule than the baseline's in optimizer steps)."""
 
     class GapPruner(optuna.pruners.BasePruner):
         def prune(self, study, trial) -> bool:
             step = trial.last_step
-            if step is None or step < WARMUP or step >= 100:
+            if step is None or step < max(WARMUP, trial.user_attrs.get("prune_from", 0)) or step >= 100:
                 return False
             slack = SLACK * (1 - step / 100) * float(trial.user_attrs.get("pace", 1.0))
             return trial.intermediate_values[step] > tolerance + slack
@@ -583,6 +584,8 @@ def _run_trial(opts: Options, trial, row: Row, base: dict, curve, seeded: list[s
     run_dir = opts.out / "trials" / f"t{row.number:03d}"
     trial.set_user_attr("overrides", row.overrides)
     trial.set_user_attr("run_dir", str(run_dir))
+    if row.params.get("fidelity"):  # half-size inputs until then: an evaluation at full size before it is no reading
+        trial.set_user_attr("prune_from", math.floor(100 * row.params["fidelity"]) + 1)
     reporter = Reporter(trial, curve, opts.metric, reported, base_steps=base["steps"])
     train(opts.recipe, [*seeded, *row.overrides], run_dir, opts.preemption, [reporter])
     got = read_run(run_dir, opts.metric, opts.by)
