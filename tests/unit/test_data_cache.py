@@ -16,6 +16,7 @@ import torch
 
 from ecotrain.data import cache
 from ecotrain.data.builtin import mnist1d as _mnist1d
+from tests.helpers.deadline import deadline
 
 VERSIONS = {"fake": "1.0"}
 
@@ -122,6 +123,19 @@ def test_corrupt_entry_is_detected_and_regenerated(own_cache, caplog, damage):
     again = cache.load_or_make("fake", VERSIONS, {"n": 3}, make)  # the entry was rewritten, whole
     assert make.calls == 2
     assert_identical(again, fake_data())
+
+
+def test_a_fifo_entry_is_regenerated_never_waited_on(own_cache, caplog):
+    make = Maker()
+    cache.load_or_make("fake", VERSIONS, {"n": 3}, make)
+    [entry] = entries(own_cache)
+    entry.unlink()
+    os.mkfifo(entry)  # no writer: a plain read_bytes() would block the run forever
+    with deadline(20, "the dataset cache"), caplog.at_level(logging.WARNING, logger="ecotrain"):
+        data = cache.load_or_make("fake", VERSIONS, {"n": 3}, make)
+    assert make.calls == 2 and entry.is_file()  # made again, and the FIFO written over
+    assert_identical(data, fake_data())
+    assert "the dataset cache entry is a FIFO (named pipe), not a regular file; regenerating it" in caplog.text
 
 
 def test_failed_write_leaves_no_partial_file(own_cache, monkeypatch, caplog):

@@ -3,6 +3,7 @@ the ledger's grams, a seed group ships the seed chosen on validation and reports
 interval, and a README.md that ecotrain did not write is never replaced."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,10 +12,11 @@ import pytest
 from ecotrain import Config, fit
 from ecotrain.cli import main
 from ecotrain.base.errors import ConfigError
-from ecotrain.export.card import MARK, card_text, write_card
-from ecotrain.export.shipped import locate
+from ecotrain.export.card import MARK, card_text, ours, read_exports, tokenizer_name, weights_summary, write_card
+from ecotrain.export.shipped import Run, locate
 from ecotrain.core.stats import mean_ci
 from ecotrain.seeds.sweep import write_group
+from tests.helpers.deadline import deadline
 
 ModelCard = pytest.importorskip("huggingface_hub").ModelCard
 
@@ -101,3 +103,20 @@ def test_card_command_starts_without_torch(group):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "model card:" in r.stdout and "gCO2e (estimated)" in r.stdout
+
+
+def test_a_run_whose_files_are_fifos_gets_a_card_without_waiting(tmp_path):
+    """tokenizer.json, model.safetensors, export.json and README.md put there as FIFOs (no writer: a plain
+    open() blocks forever, past SIGTERM): each read goes through safefile and says what it could not read."""
+    for name in ("tokenizer.json", "model.safetensors", "export.json", "README.md"):
+        os.mkfifo(tmp_path / name)
+    run = Run(tmp_path, {"data": {"name": "tokens"}}, {}, None)
+    with deadline(20, "the card's reads"):
+        assert tokenizer_name(run) == "tokenizer.json is unreadable"
+        assert weights_summary(tmp_path / "model.safetensors") == (None, {}, None)
+        assert read_exports(tmp_path) == {}
+        assert not ours(tmp_path / "README.md")  # not a card this module wrote: never replaced
+    os.unlink(tmp_path / "tokenizer.json")
+    assert tokenizer_name(run) == "not recorded (the run's data came without tokenizer.json)"
+    (tmp_path / "tokenizer.json").write_text('{"ecotrain_tokenizer": "bytes"}')
+    assert tokenizer_name(run).startswith("bytes: the 256 byte values and end of document")

@@ -2,11 +2,13 @@
 the file and the field (issue 44)."""
 
 import json
+import os
 
 import pytest
 
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.core.jsonfile import check_fields, read_json
+from tests.helpers.deadline import deadline
 
 FIELDS = {"steps": int, "energy": dict, "energy.kwh": (float, None), "history": list, "history.*": dict,
           "history.*.current": (str, None), "inputs?": dict, "inputs.columns.*?": str}
@@ -54,3 +56,17 @@ def test_the_error_class_and_the_advice_are_the_callers(tmp_path):
         read_json(path, "registry index", {"versions": dict}, "restore the index", CheckpointError)
     with pytest.raises(ConfigError, match=r"x.json: the ledger has no 'cost' field; fix"):
         check_fields({}, {"cost": dict}, "x.json", "ledger", "fix")
+
+
+def test_the_run_files_reader_refuses_a_fifo_and_a_huge_file(tmp_path, monkeypatch):
+    fifo = tmp_path / "summary.json"
+    os.mkfifo(fifo)
+    with deadline(20), pytest.raises(ConfigError) as err:
+        read_json(fifo, "run summary")
+    assert str(err.value) == (f"{fifo}: the run summary is a FIFO (named pipe), not a regular file; "
+                              "restore it, or run the training again")
+    big = tmp_path / "ledger.json"
+    big.write_text(json.dumps({"pad": "x" * 200}))
+    monkeypatch.setattr("ecotrain.core.jsonfile.LIMIT", 100)
+    with pytest.raises(ConfigError, match="the ledger is 2.. bytes, more than the 100 bytes one may be"):
+        read_json(big, "ledger")

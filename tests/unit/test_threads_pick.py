@@ -3,6 +3,7 @@ in its own process, by what the objective pays per step; the decision is cached 
 machine, so the next run of the recipe (any seed) trains with the same count."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from ecotrain.core import threads
 from ecotrain.accounting import threadpick
 from ecotrain.accounting.threadpick import probe_config
 from ecotrain.config import load_config
+from tests.helpers.deadline import deadline
 
 
 def test_candidates_and_the_objective():
@@ -135,6 +137,32 @@ def test_a_damaged_cache_is_probed_again_and_written_over(tmp_path, monkeypatch,
     again = threads.pick(cfg, 2, "energy", steps=(1, 3))  # written over: the next run reads it back
     assert again["cached"] and again["threads"] == 1 and probed == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["threads.json"]
+
+
+def test_a_fifo_for_threads_json_is_no_cache_never_a_wait(tmp_path, monkeypatch):
+    """A FIFO with no writer in the user cache would block every run at start, past SIGTERM: it is read as
+    no cache (probe=False: no decision), then written over by the next decision."""
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    os.mkfifo(tmp_path / "threads.json")
+    cfg = {"model": {"name": "x"}}
+    with deadline(20, "threads.pick"):
+        assert threads.pick(cfg, 2, "energy", probe=False) is None
+    monkeypatch.setattr(threads, "probe_once", lambda cfg, n, steps, folder: per_step(n, 0.01, 0.01 * n))
+    with deadline(20, "threads.pick"):
+        assert not threads.pick(cfg, 2, "energy", steps=(1, 3))["cached"]
+    assert (tmp_path / "threads.json").is_file()  # the FIFO replaced by the decision
+    assert threads.pick(cfg, 2, "energy", probe=False)["cached"]
+
+
+def test_a_threads_json_above_the_limit_is_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ECOTRAIN_CACHE", str(tmp_path))
+    cfg = {"model": {"name": "x"}}
+    monkeypatch.setattr(threads, "probe_once", lambda cfg, n, steps, folder: per_step(n, 0.01, 0.01 * n))
+    threads.pick(cfg, 2, "energy", steps=(1, 3))
+    assert threads.pick(cfg, 2, "energy", probe=False)["cached"]  # whole and small: trusted
+    table = json.loads((tmp_path / "threads.json").read_text())
+    (tmp_path / "threads.json").write_text(json.dumps({**table, "pad": "x" * threads.CACHE_LIMIT}))
+    assert threads.pick(cfg, 2, "energy", probe=False) is None  # the same decision, in a file too big to read
 
 
 def test_an_unwritable_cache_leaves_no_half_written_file(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """Tokenizers trained on the corpus (data/tokenizer.py) and `ecotrain tokenize` (data/corpus.py)."""
 
 import json
+import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,6 +11,9 @@ from ecotrain.data import corpus, tokenizer
 from ecotrain.data.corpus import tokenize_corpus
 from ecotrain.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.continual.lm import tokenizer_id
+from ecotrain.export.lm import run_tokenizer
+from tests.helpers.deadline import deadline
 
 TEXT = ["the cat sat on the mat, the cat ran", "über café 日本語 — tabs\tand\nnewlines  ", "print('hello')\n" * 5]
 
@@ -37,10 +42,42 @@ def test_saved_tokenizers_load_back(tmp_path):
 
 @pytest.mark.parametrize("content, words", [(b"{not json", "not a readable tokenizer file"),
                                              (b'{"model": 3}', "not a tokenizers tokenizer"),
-                                             (b"\xff\xfe", "not a readable tokenizer file")])
+                                             (b"\xff\xfe", "the tokenizer file is not UTF-8 text"),
+                                             (b"[" * 100_000, "JSON nested too deep to read")])
 def test_a_damaged_tokenizer_file_is_one_line(tmp_path, content, words):
     (tmp_path / "tokenizer.json").write_bytes(content)
     with pytest.raises(DataError, match=words):
+        load_tokenizer(tmp_path)
+
+
+def test_a_tokenizer_json_that_is_a_fifo_is_one_line_for_every_reader(tmp_path):
+    """--tokenizer-from DIR, predict --tokenizer F, a run's own tokenizer.json, the copy into the run folder:
+    each reads through safefile (a FIFO with no writer would block them forever, past SIGTERM)."""
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    fifo = folder / "tokenizer.json"
+    os.mkfifo(fifo)
+    said = (f"{fifo}: the tokenizer file is a FIFO (named pipe), not a regular file; give the tokenizer.json its "
+            "tokens were made with (ecotrain tokenize writes one)")
+    reads = {"load": lambda: load_tokenizer(folder),
+             "--tokenizer-from": lambda: tokenize_corpus(_docs(tmp_path / "c"), tmp_path / "out", tokenizer_from=folder),
+             "predict --tokenizer": lambda: run_tokenizer(tmp_path, "text", given=str(fifo)),
+             "the run's own": lambda: run_tokenizer(folder, "text"),  # not taken for "no tokenizer": bytes
+             "saved into the run": lambda: tokenizer.save_tokenizer(tmp_path, str(fifo)),
+             "update's tokenizer id": lambda: tokenizer_id(SimpleNamespace(num_classes=300,
+                                                                           extra={"tokenizer": str(fifo)}), "tokens")}
+    for what, read in reads.items():
+        with deadline(20, what), pytest.raises(DataError) as err:
+            read()
+        assert str(err.value) == said, what
+    assert not (tmp_path / "out").exists() and not (tmp_path / "tokenizer.json").exists()
+
+
+def test_a_tokenizer_json_above_the_limit_is_refused_unread(tmp_path, monkeypatch):
+    (tmp_path / "tokenizer.json").write_text(ByteTokenizer().to_json() + " " * 100)
+    assert load_tokenizer(tmp_path).kind == "bytes"
+    monkeypatch.setattr(tokenizer, "TOKENIZER_MAX_BYTES", 64)
+    with pytest.raises(DataError, match=r"tokenizer.json: the tokenizer file is 1.. bytes, more than the 64 bytes"):
         load_tokenizer(tmp_path)
 
 

@@ -34,12 +34,13 @@ import math
 import os
 import platform
 import socket
-import stat
 import time
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.base import safefile
 from ecotrain.base.cachedir import cache_dir
+from ecotrain.base.errors import EcotrainError
 from ecotrain.core.rundir import atomic_write
 
 FORMAT = 1
@@ -108,21 +109,10 @@ def _gpu_machine(gpu_ids) -> bool:
 
 def _read(path: Path) -> Optional[dict]:
     """The file's JSON object, or None (missing, not a regular file, a link, too big, not JSON)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        obj = safefile.read_json(path, "meter plan", MAX_BYTES, follow_links=False)
+    except (OSError, ValueError, EcotrainError):  # whatever is wrong with it: probe again and write it over
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            obj = json.loads(f.read(MAX_BYTES + 1).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
     return obj if isinstance(obj, dict) else None
 
 

@@ -41,6 +41,10 @@ REPORT = "report.html"
 ERROR_LOG = "error.log"
 LOCK = ".ecotrain.lock"
 
+# The most of a tokenizer.json any reader takes (base/safefile.py): GPT-2's 50k-id BPE is ~1.4 MiB, one of
+# data/tokenizer.py's MAX_BPE_VOCAB ids ~50 MiB; a bigger file is refused in one line, not parsed
+TOKENIZER_MAX_BYTES = 64 << 20
+
 # What a run writes; a folder holding any of them holds a run (rundir.holds_run).
 RUN_FILES = (CONFIG, METRICS, SUMMARY, LEDGER, MODEL, CHECKPOINTS, REPORT, ENVIRONMENT, EXPORT, MLFLOW, TENSORBOARD,
              MEMORY_PLAN, MICRO_BATCHES, TOKENIZER)

@@ -44,6 +44,7 @@ from ecotrain.continual.gate import decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
+from ecotrain.data.tokenizer import tokenizer_text
 from ecotrain.core.data_formats import data_format
 from ecotrain.base.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.core.tensorfile import save_weights
@@ -106,10 +107,11 @@ def tokenizer_id(bundle, data_name: str) -> dict:
     vocab = int(bundle.num_classes)
     path = bundle.extra.get("tokenizer")
     if path:
+        text = tokenizer_text(path)  # through safefile: a FIFO there is one line, never a wait
         try:
-            canonical = json.dumps(json.loads(Path(path).read_text(encoding="utf-8")), sort_keys=True)
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: not a readable tokenizer file ({getattr(exc, 'strerror', None) or exc})") from None
+            canonical = json.dumps(json.loads(text), sort_keys=True)
+        except (ValueError, RecursionError) as exc:
+            raise DataError(f"{path}: not a readable tokenizer file ({exc})") from None
         return {"vocab_size": vocab, "digest": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]}
     if data_name == "text":
         return {"vocab_size": vocab, "digest": "text:bytes"}  # the built-in byte stream (data/text.py)

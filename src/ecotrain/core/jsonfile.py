@@ -14,10 +14,12 @@ import json
 from pathlib import Path
 from typing import Iterator, Mapping, Union
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 
 Kinds = Union[type, None, tuple]
 RUN_FIX = "restore it, or run the training again"  # what to do about a run's own damaged file
+LIMIT = 16 * safefile.MiB  # far above any file ecotrain writes (a summary is KiBs); a bigger one is not ours
 
 _NAMES = {dict: "an object", list: "a list", str: "text", int: "a whole number", float: "a number",
           bool: "true or false", None: "null"}
@@ -28,9 +30,9 @@ def read_json(path, what: str, fields: Mapping[str, Kinds] | None = None, fix: s
     """The JSON object in `path` (`what` it is: "run summary", "registry index"), each of `fields`
     checked; otherwise one `error` naming the file, the field and `fix` (what to do)."""
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    try:  # a FIFO, a device, a folder or a file above LIMIT: one line from safefile, never a wait
+        obj = safefile.read_json(path, what, LIMIT, fix=fix, error=error)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise error(f"{path}: not readable JSON ({getattr(exc, 'strerror', None) or exc}); {fix}") from None
     if not isinstance(obj, dict):
         raise error(f"{path}: not a JSON object, so not an ecotrain {what}; {fix}")

@@ -32,7 +32,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from ecotrain.base import safefile
 from ecotrain.base.cachedir import cache_dir
+from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.base.runfiles import LEDGER
 
 CGROUP_ENV = "ECOTRAIN_CGROUP_ROOT"
@@ -216,11 +218,10 @@ def current(setting: Union[int, str] = "auto", workers: int = 0) -> ThreadChoice
 
 def recorded(checkpoint) -> Optional[int]:
     """The thread count a checkpoint was saved with (its meta.json `env.threads`), or None."""
-    import json
-
     try:
-        n = json.loads((Path(checkpoint) / "meta.json").read_text()).get("env", {}).get("threads")
-    except (OSError, ValueError, AttributeError):
+        meta = safefile.read_json(Path(checkpoint) / "meta.json", "checkpoint record", META_LIMIT)
+        n = meta.get("env", {}).get("threads")
+    except (OSError, ValueError, AttributeError, EcotrainError):
         return None  # unreadable here: the resume itself says so in one line
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
@@ -256,6 +257,8 @@ OBJECTIVES = ("energy", "time", "money")
 PROBE_STEPS = (20, 220)  # 200 steps between: ~0.5 s of the demo, next to ~7 s of process start
 PROBE_METHOD = "steady"  # threads.json entries without it were measured with set-up counted: probed again
 TIE = 0.03  # within 3% of the best: the fewer threads (less CPU held, the same figure within the probe's noise)
+CACHE_LIMIT = safefile.MiB  # threads.json: a few KiB a recipe; a bigger file is not ours to trust
+META_LIMIT = 16 * safefile.MiB  # a checkpoint's meta.json (KiBs)
 _KEY_SECTIONS = ("model", "data", "optim", "precision", "methods", "task", "device", "memory", "compile")
 
 
@@ -263,8 +266,6 @@ def objective(env=None) -> str:
     env = os.environ if env is None else env
     got = (env.get(OBJECTIVE_ENV) or "energy").strip().lower()
     if got not in OBJECTIVES:
-        from ecotrain.base.errors import ConfigError
-
         raise ConfigError(f"{OBJECTIVE_ENV}={got}: one of {', '.join(OBJECTIVES)}; set one, or unset it (energy)")
     return got
 
@@ -415,6 +416,16 @@ def _cached(entry, most: int, goal: str) -> Optional[dict]:
     return entry
 
 
+def _table(path: Path) -> dict:
+    """threads.json's decisions, or {} where it is missing or not a JSON object in a regular file of at
+    most CACHE_LIMIT (a FIFO there would block the run forever, past SIGTERM)."""
+    try:
+        table = safefile.read_json(path, "threads cache", CACHE_LIMIT)
+    except (OSError, ValueError, EcotrainError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
 def _said(p: dict) -> str:
     """One candidate's per-step figures for the log line."""
     n = p["threads"]
@@ -434,10 +445,8 @@ def pick(cfg: dict, most: int, goal: str, steps: tuple[int, int] = PROBE_STEPS,
     from datetime import datetime, timezone
 
     key, path = probe_key(cfg, goal, most), cache_file()
-    try:
-        cached = _cached(json.loads(path.read_text()).get(key), most, goal) if path is not None else None
-    except (OSError, ValueError, AttributeError, RecursionError):
-        cached = None  # no cache, or one that is not ours to trust: probe again and write it over
+    # None: no cache, or one that is not ours to trust (a FIFO, too big, not JSON): probed again, written over
+    cached = _cached(_table(path).get(key), most, goal) if path is not None else None
     if cached is not None:
         return {**cached, "cached": True, "line": cached["line"] + f" (decided {cached['when']}, {path})"}
     if not probe:  # the caller's machine is busy now: no decision rather than one measured on the neighbours
@@ -456,11 +465,7 @@ def pick(cfg: dict, most: int, goal: str, steps: tuple[int, int] = PROBE_STEPS,
         return {**rec, "cached": False}
     try:  # recorded, so every later run of this recipe on this machine trains with the same count
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            table = json.loads(path.read_text())
-            table = table if isinstance(table, dict) else {}
-        except (OSError, ValueError, RecursionError):
-            table = {}
+        table = _table(path)
         table[key] = {k: v for k, v in rec.items() if k != "cached"}
         try:
             text = json.dumps(table, indent=1, allow_nan=False)

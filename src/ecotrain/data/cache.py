@@ -34,10 +34,13 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from ecotrain.base import safefile
 from ecotrain.base.cachedir import ENV, cache_dir
+from ecotrain.base.errors import EcotrainError
 from ecotrain.core.progress_work import work
 
 FORMAT = 1  # bump when the layout of an entry changes
+MAX_ENTRY_BYTES = 4 << 30  # the built-in generators' data is MiBs; a bigger entry is not one of ours
 _SEP = "/"  # nested dicts are stored flat: {"templates": {"x": a}} -> "templates/x"
 
 log = logging.getLogger(__name__)
@@ -155,11 +158,13 @@ def _unflatten(flat: Mapping[str, np.ndarray]) -> dict:
 def _read(path: Path, key: str) -> tuple[Optional[dict], Optional[str]]:
     """(arrays, None) for an intact entry; (None, None) when there is none; (None, why) when it is bad."""
     try:
-        blob = path.read_bytes()
+        blob = safefile.read_bytes(path, "dataset cache entry", MAX_ENTRY_BYTES, fix="")
     except FileNotFoundError:
         return None, None
     except OSError as exc:
         return None, f"unreadable ({exc})"
+    except EcotrainError as exc:  # a FIFO, a device, a folder, a file too big: never read, never waited on
+        return None, str(exc).removeprefix(f"{path}: ")
     try:
         from safetensors.numpy import load
 

@@ -14,15 +14,17 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.base.log import log
 from ecotrain.core.rundir import atomic_write
-from ecotrain.base.runfiles import TOKENIZER
+from ecotrain.base.runfiles import TOKENIZER, TOKENIZER_MAX_BYTES
 
 EOD_TEXT = "<|endoftext|>"  # the end-of-document token, GPT-2's spelling
 TOKENIZER_FILE = TOKENIZER  # in a tokenized folder and in a run folder
 MIN_BPE_VOCAB = 257  # the 256 byte symbols and the end-of-document token
 MAX_BPE_VOCAB = 1 << 22  # far beyond any merge table a corpus trained here makes; refuses a typo's 10**12
+_FIX = "give the tokenizer.json its tokens were made with (ecotrain tokenize writes one)"
 
 
 class ByteTokenizer:
@@ -94,16 +96,32 @@ def make_tokenizer(kind: str, documents: Iterable[str], vocab_size: int):
     return ByteTokenizer() if kind == "bytes" else train_bpe(documents, vocab_size)
 
 
+def _file(path) -> Path:
+    path = Path(path)
+    return path / TOKENIZER_FILE if path.is_dir() else path
+
+
+def tokenizer_text(path) -> str:
+    """A saved tokenizer.json's text (`path`: the file, or a folder holding one: a run or a tokenized
+    folder), read through safefile: a FIFO, a device or a file above TOKENIZER_MAX_BYTES is one DataError
+    line, never a wait (the tokenizers library is handed the text, never the path)."""
+    path = _file(path)
+    try:
+        return safefile.read_text(path, "tokenizer file", TOKENIZER_MAX_BYTES, fix=_FIX, error=DataError)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise DataError(f"{path}: not a readable tokenizer file ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def read_tokenizer(path) -> tuple[ByteTokenizer | BPETokenizer, str]:
+    """(tokenizer, the text it was parsed from) of a saved tokenizer.json, read once."""
+    path = _file(path)
+    text = tokenizer_text(path)
+    return parse_tokenizer(text, path), text
+
+
 def load_tokenizer(path) -> ByteTokenizer | BPETokenizer:
     """A saved tokenizer.json (a file, or a folder holding one: a run or a tokenized folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / TOKENIZER_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable tokenizer file ({getattr(exc, 'strerror', None) or exc})") from None
-    return parse_tokenizer(text, path)
+    return read_tokenizer(path)[0]
 
 
 def parse_tokenizer(text: str, where) -> ByteTokenizer | BPETokenizer:
@@ -112,6 +130,8 @@ def parse_tokenizer(text: str, where) -> ByteTokenizer | BPETokenizer:
         obj = json.loads(text)
     except ValueError as exc:
         raise DataError(f"{where}: not a readable tokenizer file ({exc})") from None
+    except RecursionError:  # [[[[... 100,000 deep
+        raise DataError(f"{where}: not a readable tokenizer file (JSON nested too deep to read)") from None
     if isinstance(obj, dict) and obj.get("ecotrain_tokenizer") == "bytes":
         return ByteTokenizer()
     tk = _tokenizers()
@@ -127,4 +147,8 @@ def parse_tokenizer(text: str, where) -> ByteTokenizer | BPETokenizer:
 def save_tokenizer(run_dir: Path, source: Optional[str]) -> None:
     """The data's tokenizer copied into the run folder (RUN/tokenizer.json), where predict finds it."""
     if source:
-        atomic_write(Path(run_dir) / TOKENIZER_FILE, Path(source).read_bytes())
+        try:
+            data = safefile.read_bytes(source, "tokenizer file", TOKENIZER_MAX_BYTES, fix=_FIX, error=DataError)
+        except OSError as exc:
+            raise DataError(f"{source}: not a readable tokenizer file ({exc.strerror or exc})") from None
+        atomic_write(Path(run_dir) / TOKENIZER_FILE, data)

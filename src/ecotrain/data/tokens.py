@@ -38,7 +38,9 @@ from ecotrain.config.tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, Tok
 from ecotrain.data.packing import document_mask, mask_boundaries
 from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle
+from ecotrain.base import safefile
 from ecotrain.base.errors import DataError
+from ecotrain.base.runfiles import TOKENIZER_MAX_BYTES
 from ecotrain.core.jsonfile import read_json
 from ecotrain.core.userpath import user_path
 
@@ -291,7 +293,8 @@ def _tokenizer_bytes(folder: Path, meta: TokensMeta) -> Optional[bytes]:
     if not meta.tokenizer:
         return None
     try:
-        return _beside(folder, meta.tokenizer, "tokenizer").read_bytes()
+        return safefile.read_bytes(_beside(folder, meta.tokenizer, "tokenizer"), "tokenizer file", TOKENIZER_MAX_BYTES,
+                                   fix=_FIX, error=DataError)
     except OSError as exc:
         raise DataError(f"{folder / meta.tokenizer}: cannot read the tokenizer ({exc.strerror})") from None
 

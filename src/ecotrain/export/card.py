@@ -21,16 +21,18 @@ from typing import Optional
 
 import yaml
 
-from ecotrain.base.errors import ConfigError
+from ecotrain.base import safefile
+from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.export.shipped import Run, Shipped, locate
 from ecotrain.base.fsnames import shown
 from ecotrain.core.rundir import atomic_write, refuse_overwriting
 from ecotrain.core.stats import mean_ci
-from ecotrain.base.runfiles import MODEL, TOKENIZER
+from ecotrain.base.runfiles import MODEL, TOKENIZER, TOKENIZER_MAX_BYTES
 
 MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain export` rewrites this file -->"
 FINE_TUNING = ("finetune", "adapters", "lwf", "ewc", "replay", "average")  # methods that start from trained weights
 _NOT_METRICS = ("test_split",)
+RECORD_MAX_BYTES = 16 * safefile.MiB  # export.json, README.md: KiBs when ecotrain wrote them
 
 
 def task_name(run: Run) -> str:
@@ -240,8 +242,8 @@ def card_text(shipped: Shipped, exports: Optional[dict] = None) -> str:
 def read_exports(folder: Path) -> dict:
     """The export records of a folder's export.json ({file name: record}), or {}."""
     try:
-        data = json.loads((folder / "export.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = safefile.read_json(folder / "export.json", "export record", RECORD_MAX_BYTES)
+    except (OSError, ValueError, EcotrainError):
         return {}
     files = data.get("files") if isinstance(data, dict) else None
     return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
@@ -250,8 +252,10 @@ def read_exports(folder: Path) -> dict:
 def ours(path: Path) -> bool:
     """Whether README.md at `path` is absent or one this module wrote (a user's own is never replaced)."""
     try:
-        return not path.exists() or MARK in path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        if not path.exists():
+            return True
+        return MARK in safefile.read_bytes(path, "model card", RECORD_MAX_BYTES).decode("utf-8", errors="replace")
+    except (OSError, ValueError, EcotrainError):  # a FIFO, a folder, a huge file: not one this module wrote
         return False
 
 
@@ -301,10 +305,10 @@ def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
     """(parameters, {tied name: the name stored}, rows of a learned position table) from a safetensors
     header: each stored tensor counted once, so a tied head and embedding count once."""
     try:
-        with open(path, "rb") as f:
+        with safefile.open_regular(path, "model weights") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(size)) if size <= 1 << 27 else None
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, RecursionError, struct.error, EcotrainError):
         return None, {}, None
     if not isinstance(header, dict):
         return None, {}, None
@@ -323,13 +327,13 @@ def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
 
 def tokenizer_name(run: Run) -> str:
     """The tokenizer in words: RUN/tokenizer.json's kind and size, bytes for the built-in text source."""
-    try:
-        tok = json.loads((run.path / TOKENIZER).read_text(encoding="utf-8"))
+    try:  # through safefile: a FIFO put there must not hang the card
+        tok = safefile.read_json(run.path / TOKENIZER, "tokenizer file", TOKENIZER_MAX_BYTES)
     except FileNotFoundError:
         if (run.config.get("data") or {}).get("name") == "text":
             return "bytes: the 256 byte values (the built-in text source)"
         return "not recorded (the run's data came without tokenizer.json)"
-    except (OSError, ValueError):
+    except (OSError, ValueError, EcotrainError):
         return "tokenizer.json is unreadable"
     if not isinstance(tok, dict):
         return "tokenizer.json is not a tokenizer"

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from ecotrain.data.sources import ArraySource
-from ecotrain.data.tokenizer import TOKENIZER_FILE, ByteTokenizer, load_tokenizer, parse_tokenizer
+from ecotrain.data.tokenizer import TOKENIZER_FILE, ByteTokenizer, load_tokenizer, parse_tokenizer, read_tokenizer
 from ecotrain.base.errors import ConfigError
 
 CHECK_ROWS = 8  # rows of the test split checked again at each other length, in batches of 3 (3, 3, 2)
@@ -63,11 +63,10 @@ def run_tokenizer(run_dir: Path, data_name: str, given: Optional[str] = None):
     """(tokenizer, its tokenizer.json text) of a run: `given` (--tokenizer), else RUN/tokenizer.json (what
     the run's data came with), else bytes for the built-in `text` source; (None, None) when nothing says."""
     if given is not None:
-        tok = load_tokenizer(given)
-        return tok, Path(given if not Path(given).is_dir() else Path(given) / TOKENIZER_FILE).read_text("utf-8")
+        return read_tokenizer(given)
     own = Path(run_dir) / TOKENIZER_FILE
-    if own.is_file():
-        return load_tokenizer(own), own.read_text(encoding="utf-8")
+    if own.exists():  # a FIFO or a folder there: read_tokenizer's one line, not "the run has no tokenizer"
+        return read_tokenizer(own)
     if data_name == "text":  # byte ids 0..255, no end-of-document id in the model's 256
         tok = ByteTokenizer()
         return tok, tok.to_json()

@@ -17,8 +17,9 @@ import yaml
 
 from ecotrain.accounting import read_ledger
 from ecotrain.accounting.report import read_summary
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.jsonfile import read_json
+from ecotrain.core.jsonfile import LIMIT, RUN_FIX, read_json
 from ecotrain.seeds.sweep import GROUP_SUFFIX, read_group
 from ecotrain.base.runfiles import CONFIG, ENVIRONMENT, LEDGER, MODEL, SUMMARY
 
@@ -69,8 +70,8 @@ def read_run(path: str | Path) -> Run:
         raise ConfigError(f"{path}: the run has not finished (no summary.json or model.safetensors); "
                           "finish it with `ecotrain resume`")
     try:
-        config = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        config = yaml.safe_load(safefile.read_text(path / CONFIG, "run config", LIMIT, fix=RUN_FIX))
+    except (OSError, yaml.YAMLError) as exc:  # a FIFO, a device, a file too big, not UTF-8: safefile's one line
         raise ConfigError(f"{path / 'config.yaml'}: not readable ({exc}); restore it, or run the training again") \
             from None
     if not isinstance(config, dict):
