@@ -57,9 +57,9 @@ DEMO = {
 }
 # the compute-bound proof recipes: their step time is their kernels, so a model or data lever can show in wall
 GLYPHS = {
-    "narrow": (["model.kwargs.widths=[10, 19, 38]"], 1.0, "model"),
+    "narrow": (["model.kwargs.widths=[14, 29, 58]"], 1.0, "model"),
     "fidelity": (["methods=[{name: progressive_resize, scales: [0.5], until: [0.5]}]"], 1.0, "data"),
-    "distill_narrow": (["model.kwargs.widths=[10, 19, 38]",
+    "distill_narrow": (["model.kwargs.widths=[14, 29, 58]",
                         "methods=[{name: distill, teacher: '{teacher}', count_teacher: false}]"], 1.0, "model"),
     "selective": (["methods=[{name: selective_backprop, keep: 0.5}]"], 1.0, "data"),
     "curriculum": (["methods=[{name: curriculum, reference: '{teacher}', count_reference: false}]"], 1.0, "data"),

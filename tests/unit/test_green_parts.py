@@ -240,7 +240,7 @@ def test_model_size_and_fidelity_levers_become_overrides_that_load():
     assert [(m.name, m.scales, m.until) for m in got.methods] == [("progressive_resize", [0.5], [0.5])]
     img = load_config("recipes/glyphs_cnn2d.yaml")
     got = load_config("recipes/glyphs_cnn2d.yaml", space.to_overrides(img, {"width": 0.6}, base_samples=57_600))
-    assert got.model.kwargs["widths"] == [10, 19, 38]
+    assert got.model.kwargs["widths"] == [14, 29, 58]
     assert space.predicted_cost({"samples": 0.5, "depth": 0.5}) is None
     assert space.predicted_cost({"samples": 0.5, "fidelity": 0.5}) is None
 
