@@ -266,3 +266,19 @@ def test_the_search_says_when_the_validation_split_cannot_resolve_the_tolerance(
     assert resolution(Options(CNN, [], tmp_path, tolerance=0.05), 300) is None
     assert resolution(Options(CNN, [], tmp_path, tolerance=0.02, metric="val_bits_per_byte"), 10) is None
     assert resolution(opts, 0) is None and resolution(Options(CNN, [], tmp_path, tolerance=0.0), 143) is None
+
+
+def test_each_lever_is_tried_alone_before_the_sampler_combines_them():
+    cfg = load_config("recipes/glyphs_cnn2d.yaml")
+    levers, _ = space.levers(cfg)
+    first = space.first_trials(levers, cfg.data.batch_size, measured=True)
+    changed = [{k for k, v in f.items() if v != {"samples": 1.0, "batch": 64, "lr": 1.0, "width": 1.0,
+                                                  "fidelity": 0.0, "keep": 1.0, "ema": False, "stability": False}[k]}
+               for f in first]
+    assert changed == [{"width"}, {"fidelity"}, {"samples"}]  # one lever each, the rest as the recipe has it
+    assert first[0]["width"] == 0.6 and first[2]["samples"] == 0.5
+    for f in first:  # each one is a value the search's own space holds
+        trial = optuna.trial.FixedTrial(f)
+        assert space.suggest(trial, levers, 64, 0, measured=True) == space.values(f)
+    flops = space.first_trials([space.Lever("schedule", ""), space.Lever("batch", "")], 100, measured=False)
+    assert flops == [{"samples": 0.25, "batch": 100}]  # a FLOPs search: half of its most samples

@@ -413,6 +413,7 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
     # design seeds
     budget = opts.budget_runs - CHECK_RESERVE * len(opts.check_seeds)
     measured = opts.by != "flops"
+    first = space.first_trials(levers, base_cfg.data.batch_size, measured)
     number = 0
     while True:
         done = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -438,6 +439,8 @@ def run_search(opts: Options, on_trial: Callable[[Row], None] = lambda r: None) 
             log.info(f"trial {number}: continuing {params}")
         else:
             study.sampler = _sampler(opts, number)
+            if number < len(first):  # each lever alone first (space.first_trials); the same again after a kill
+                study.enqueue_trial(first[number], skip_if_exists=True)
             trial = study.ask()
             params = space.suggest(trial, levers, base_cfg.data.batch_size, largest, measured)
         overrides = space.to_overrides(base_cfg, params, base["samples"], EVALS)
