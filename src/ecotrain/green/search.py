@@ -529,8 +529,8 @@ def predict(opts: Options, search: Search, params: dict, base_batch: int) -> tup
 
 
 def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
-    """The cheapest trials within the tolerance on the design seed, in order of cost (at most `check_top`;
-    the first one even past the budget), trained again on the other design seeds beside the baseline on them: the first whose mean deficit over all design seeds, plus
+    """The cheapest feasible trials, in order of cost (at most `check_top`; the first one even past the
+    budget), trained again on the other design seeds beside the baseline on them: the first whose mean deficit over all design seeds, plus
     one standard error of that mean, stays within the tolerance is chosen. One seed's validation split
     is small enough that the cheapest of many trials that pass it by a hair is likely a lucky draw: the
     single seed screens with a margin (`allowed`), the mean over the design seeds decides with its own
@@ -538,15 +538,10 @@ def check(opts: Options, search: Search, base_cfg) -> Optional[Row]:
     feasible = sorted((r for r in search.rows if r.feasible), key=lambda r: (r.ratio, r.deficit, r.number))
     if not opts.check_seeds:
         return feasible[0] if feasible else None
-    # with more seeds to decide, every complete trial within the tolerance itself is a candidate: the margin
-    # screens one seed's luck, the check's mean and spread replace it (a 0.3x trial 0.0067 behind on one
-    # seed against a 1-point tolerance was never checked, a 0.6x one 0.0008 behind was)
-    candidates = sorted((r for r in search.rows if r.state == "complete" and r.deficit is not None
-                         and r.deficit <= opts.tolerance + 1e-12), key=lambda r: (r.ratio, r.deficit, r.number))
     sign = 1.0 if higher_is_better(opts.metric) else -1.0
     base_val = {}
     measured = opts.by != "flops"
-    for row in candidates[:opts.check_top]:
+    for row in feasible[:opts.check_top]:
         runs = (row.ratio or 0.0) if measured else (row.flops or 0.0) / search.baseline["flops"]  # as spent_runs
         ahead = len(opts.check_seeds) * (runs + (0.0 if base_val else 1.0))
         over = search.spent_runs(measured) + ahead > opts.budget_runs * (1 + 1e-9)

@@ -156,8 +156,7 @@ def first_trials(chosen: list[Lever], base_batch: int, measured: bool) -> list[d
     out = []
     for lever, cheap in ALONE:
         if lever in names:
-            value = cheap * base["samples"] if lever == "schedule" else cheap
-            out.append({**base, key[lever]: value})
+            out.append({**base, key[lever]: cheap})  # the schedule's: half the baseline's samples
     return out
 
 
