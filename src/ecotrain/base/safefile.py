@@ -39,7 +39,7 @@ def _shown(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
     """What a non-regular file is, in words."""
     if stat.S_ISDIR(mode):
         return "a folder, not a file"
@@ -62,18 +62,18 @@ def open_regular(path: PathLike, what: str, *, follow_links: bool = True, fix: s
     user could point elsewhere). OSError passes through (FileNotFoundError: missing)."""
     mode = (os.stat if follow_links else os.lstat)(path).st_mode  # a device is refused before it is opened
     if not stat.S_ISREG(mode):
-        raise error(_line(path, f"the {what} is {_kind(mode)}", fix))
+        raise error(_line(path, f"the {what} is {kind(mode)}", fix))
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: a FIFO swapped in since the stat opens at once, not never
     except OSError:
         if not follow_links and os.path.islink(path):  # O_NOFOLLOW's ELOOP: a link swapped in since the lstat
-            raise error(_line(path, f"the {what} is {_kind(stat.S_IFLNK)}", fix)) from None
+            raise error(_line(path, f"the {what} is {kind(stat.S_IFLNK)}", fix)) from None
         raise
     try:
         mode = os.fstat(fd).st_mode  # what was opened, whatever the stat saw
         if not stat.S_ISREG(mode):
-            raise error(_line(path, f"the {what} is {_kind(mode)}", fix))
+            raise error(_line(path, f"the {what} is {kind(mode)}", fix))
     except BaseException:
         os.close(fd)
         raise

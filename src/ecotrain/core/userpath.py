@@ -15,16 +15,7 @@ import stat
 from pathlib import Path
 
 from ecotrain.base.errors import ConfigError, os_error_line
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+from ecotrain.base.safefile import kind
 
 
 def user_path(path: str | Path, what: str, expect: str, *, folder: bool = False, error: type = ConfigError) -> Path:
@@ -46,6 +37,4 @@ def user_path(path: str | Path, what: str, expect: str, *, folder: bool = False,
         return p
     if stat.S_ISDIR(mode):
         raise error(f"{what}: {p} is a folder; {expect}")
-    kind = _kind(mode)
-    is_what = kind if kind.startswith("not") else f"{kind}, not a regular file"
-    raise error(f"{what}: {p} is {is_what}{' or a folder' if folder else ''}; {expect}")
+    raise error(f"{what}: {p} is {kind(mode)}{' or a folder' if folder else ''}; {expect}")
