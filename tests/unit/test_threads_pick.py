@@ -96,8 +96,9 @@ def test_a_probe_decides_once_and_the_decision_is_kept(tmp_path, monkeypatch):
     assert [p["threads"] for p in first["probes"]] == [1, 2] and all(p["cpu_per_step"] > 0 for p in first["probes"])
     assert all((p["short_steps"], p["long_steps"]) == (3, 9) for p in first["probes"])
     assert first["line"].startswith(f"threads: {first['threads']} of 2 usable cores, chosen for energy")
-    # per step: a share of the difference, never more than the long run's whole figure over its steps
-    assert all(p["wall_per_step"] <= p["probe_wall_seconds"] / 9 for p in first["probes"])
+    # per step: the difference over the 6 steps between (or, under noise, the long run's mean), never more than
+    # both runs' whole wall time over those 6 steps (a load-free bound: the runs' own set-up is not in it)
+    assert all(0 < p["wall_per_step"] <= p["probe_wall_seconds"] / 6 for p in first["probes"])
     # energy off in the probe: CPU-seconds per step decide (the CPU-time based energy), as decide() says
     assert first["threads"] == threads.decide(first["probes"], "energy")[0]["threads"]
     again = threads.pick({**cfg, "seed": 7}, 2, "energy", steps=(3, 9))  # another seed: same recipe, same machine
