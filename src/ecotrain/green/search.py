@@ -52,12 +52,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ecotrain.accounting.energy import cpu_time_kwh
-from ecotrain.accounting.report import (figure, lower_is_better, missing_reason, read_ledger,
+from ecotrain.accounting.report import (figure, missing_reason, read_ledger,
                                        read_summary as report_summary)
-from ecotrain.callbacks import Callback
 from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError, PreemptedError
 from ecotrain.green import costmodel, space
+from ecotrain.green.pruner import Reporter, at, gap_pruner, higher_is_better, pace  # noqa: F401 (at, pace: re-exported)
 from ecotrain.core.jsonfile import RUN_FIX
 from ecotrain.base.log import log
 from ecotrain.core.stats import mean_ci
@@ -71,8 +71,6 @@ except ImportError:  # pragma: no cover - the message is the test
 
 STUDY = "green"
 EVALS = 4  # evaluations per trial, at even fractions of its schedule (what the pruner reads)
-SLACK = 0.08  # the pruner's allowance above the tolerance at 0% of the schedule, falling to 0 at 100%
-WARMUP = 50  # percent of the schedule before the pruner may act
 CHECK_RESERVE = 1.5  # baseline runs kept back per check seed: the baseline's run on it and the candidates
 BY = {"flops": "flops", "energy": "energy", "co2e": "co2e", "cpu_seconds": "cpu_seconds", "money": "cost"}
 CALIBRATE = 0.1  # a calibration probe trains this fraction of the baseline's steps (at least PROBE_MIN)
@@ -182,10 +180,6 @@ def need_optuna() -> None:
         raise ConfigError("ecotrain green needs Optuna: pip install 'ecotrain[green]'")
 
 
-def higher_is_better(metric: str) -> bool:
-    return not lower_is_better(metric)
-
-
 def read_summary(run_dir: Path) -> dict:
     """A finished run's summary.json, read back checked (jsonfile.py): the figures the search reads."""
     return report_summary(run_dir, {"steps": int, "stopped_because": str})
@@ -281,18 +275,6 @@ def check_study(path: Path) -> None:
         raise ConfigError(f"{path}: the search's study database is damaged ({str(said[0][0])[:80]}); {fix}")
 
 
-def at(curve: list[tuple[float, float]], p: float) -> Optional[float]:
-    """The curve at fraction p, linearly between its points (None before its first point)."""
-    before = [pt for pt in curve if pt[0] <= p]
-    after = [pt for pt in curve if pt[0] >= p]
-    if not before:
-        return None
-    if not after:
-        return before[-1][1]
-    (p0, v0), (p1, v1) = before[-1], after[0]
-    return v0 if p1 == p0 else v0 + (v1 - v0) * (p - p0) / (p1 - p0)
-
-
 def train(recipe: str, overrides: list[str], run_dir: Path, preemption, callbacks=()) -> None:
     """Train (or continue exactly, or keep) the run in `run_dir`. A stop signal checkpoints the run and
     raises PreemptedError: the search is resumed by running the same command again."""
@@ -303,59 +285,6 @@ def train(recipe: str, overrides: list[str], run_dir: Path, preemption, callback
     if result.summary.get("stopped_because") == "preempted":
         raise PreemptedError(f"stopped at step {result.summary['steps']} of {run_dir}; run the same "
                              "`ecotrain green` command again to continue the search where it stopped")
-
-
-class Reporter(Callback):
-    """Reports each evaluation's deficit to the Optuna trial and stops the run when the pruner says so."""
-
-    def __init__(self, trial, curve, metric: str, reported=(), base_steps: int = 0):
-        self.trial, self.curve, self.metric, self.base_steps = trial, curve, metric, base_steps
-        self.reported = set(reported)  # steps an earlier try of this trial reported already
-        self.sign = 1.0 if higher_is_better(metric) else -1.0
-        self.pruned_at: Optional[int] = None
-
-    def on_eval_end(self, state, record):
-        if self.metric not in record or not state.total_steps:
-            return
-        pct = round(100 * state.step / state.total_steps)
-        base = at(self.curve, state.step / state.total_steps)
-        if base is None:
-            return
-        deficit = self.sign * (base - float(record[self.metric]))
-        if "pace" not in self.trial.user_attrs and self.base_steps:  # once; a resumed trial computes the same
-            self.trial.set_user_attr("pace", pace(self.base_steps, state.total_steps))
-        if pct not in self.reported:  # a resumed trial does not report a step twice
-            self.trial.report(deficit, pct)
-            self.reported.add(pct)
-        if self.trial.should_prune():
-            self.pruned_at = pct
-            state.stop("pruned")
-
-
-def pace(base_steps: int, trial_steps: int) -> float:
-    """How much more a trial may still gain late in its schedule than the baseline did: the square root
-    of the baseline's optimizer steps over the trial's, at least 1. At the same fraction of a cosine
-    schedule a run of fewer, larger steps has taken fewer updates and is further behind the baseline
-    than where it ends (the search's batch-500 trials: 0.02-0.13 behind at 50-75%, the hand-chosen
-    recipe of that kind 0.002 behind at its end), so its allowance is widened by this factor."""
-    return max(1.0, (base_steps / max(1, trial_steps)) ** 0.5)
-
-
-def gap_pruner(tolerance: float):
-    """Prune from WARMUP% of the schedule on (a mixed-fidelity trial: once its inputs are full size, the
-    trial's `prune_from`), when the deficit to the baseline's curve at the same
-    fraction exceeds tolerance + SLACK x (1 - fraction) x the trial's `pace` (1 unless it is a shorter
-    schedule than the baseline's in optimizer steps)."""
-
-    class GapPruner(optuna.pruners.BasePruner):
-        def prune(self, study, trial) -> bool:
-            step = trial.last_step
-            if step is None or step < max(WARMUP, trial.user_attrs.get("prune_from", 0)) or step >= 100:
-                return False
-            slack = SLACK * (1 - step / 100) * float(trial.user_attrs.get("pace", 1.0))
-            return trial.intermediate_values[step] > tolerance + slack
-
-    return GapPruner()
 
 
 def _sampler(opts: Options, number: int):
