@@ -241,8 +241,11 @@ def safe_target(target: str) -> bool:
 
 def check_onnx(data: bytes, what: str) -> None:
     """An ONNX model whose tensors all live inside it: data in an external file would be read from any
-    path the model names. Parsed with the onnx package when it is installed; without it the runtime
-    is given the bytes alone (no folder to resolve a relative path against)."""
+    path the model names. Every tensor the model holds is looked at (`onnx_tensors`: initializers,
+    sparse ones, node attributes, subgraphs, functions, training graphs), and one that is marked
+    EXTERNAL or names an external location is refused. Parsed with the onnx package when it is
+    installed; without it the runtime is given the bytes alone (no folder to resolve a relative path
+    against)."""
     try:
         import onnx  # the onnx extra; optional for predict
     except ImportError:
@@ -251,20 +254,56 @@ def check_onnx(data: bytes, what: str) -> None:
         model = onnx.ModelProto.FromString(data)  # the protobuf alone: nothing outside it is read
     except Exception as exc:  # truncated or not protobuf
         raise CheckpointError(f"{what}: not a readable ONNX model ({type(exc).__name__})") from None
-    for t in _onnx_tensors(model.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            raise UnsafeFile(f"{what}: refused, tensor '{t.name}' keeps its data in an external file; export "
-                             "it into one .onnx file (ecotrain export does)")
+    for where, t in onnx_tensors(model):
+        if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
+            named = f"tensor '{t.name}'" if t.name else "a tensor"
+            raise UnsafeFile(f"{what}: refused, {named} ({where}) keeps its data in an external file; "
+                             "export it into one .onnx file (ecotrain export does)")
 
 
-def _onnx_tensors(graph) -> Iterator[Any]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _onnx_tensors(attr.g)
-            for g in attr.graphs:
-                yield from _onnx_tensors(g)
+def onnx_tensors(model) -> Iterator[tuple[str, Any]]:
+    """(where it sits, tensor) for every TensorProto a ModelProto holds: each graph's initializers and
+    sparse initializers (values and indices), every node attribute's t / tensors / sparse_tensor /
+    sparse_tensors, the graphs of g / graphs (an If's branches, a Loop's or Scan's body) at any depth,
+    the model-local functions' nodes and attribute defaults, and the training graphs. A stack, not
+    recursion: a model nested deep is walked all the same."""
+    stack: list[tuple[str, str, Any]] = [("graph", "graph", model.graph)]
+    for i, info in enumerate(model.training_info):
+        stack += [("graph", f"training_info[{i}].initialization", info.initialization),
+                  ("graph", f"training_info[{i}].algorithm", info.algorithm)]
+    for fn in model.functions:
+        stack.append(("nodes", f"function '{fn.name}'", fn.node))
+        stack.append(("attrs", f"function '{fn.name}' attribute default", fn.attribute_proto))
+    while stack:
+        kind, where, item = stack.pop()
+        if kind == "graph":
+            name = f"{where} '{item.name}'" if item.name else where
+            for t in item.initializer:
+                yield f"initializer of {name}", t
+            for sp in item.sparse_initializer:
+                yield from _sparse(f"sparse initializer of {name}", sp)
+            stack.append(("nodes", name, item.node))
+        elif kind == "nodes":
+            for node in item:
+                label = f"node '{node.name or node.op_type}' ({node.op_type}) in {where}"
+                stack.append(("attrs", label, node.attribute))
+        else:  # attributes
+            for attr in item:
+                at = f"attribute '{attr.name}' of {where}"
+                if attr.HasField("t"):
+                    yield at, attr.t
+                for t in attr.tensors:
+                    yield at, t
+                if attr.HasField("sparse_tensor"):
+                    yield from _sparse(at, attr.sparse_tensor)
+                for sp in attr.sparse_tensors:
+                    yield from _sparse(at, sp)
+                if attr.HasField("g"):
+                    stack.append(("graph", f"subgraph {at}", attr.g))
+                for j, g in enumerate(attr.graphs):
+                    stack.append(("graph", f"subgraph {j} {at}", g))
+
+
+def _sparse(where: str, sp) -> Iterator[tuple[str, Any]]:
+    yield f"values of {where}", sp.values
+    yield f"indices of {where}", sp.indices

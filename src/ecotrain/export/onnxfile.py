@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.export import ExportedProgram
 
+from ecotrain.base import safefile
 from ecotrain.core import safeload
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.export.program import META_FILE, quiet_torch
 
 EXTRA = "needs the onnx extra: pip install 'ecotrain[onnx]'"
+MAX_BYTES = 2 << 30  # protobuf's 2 GB limit: a bigger .onnx cannot be one file (onnx_bytes writes one)
 
 
 def require(what: str = "export --format onnx") -> None:
@@ -77,7 +78,8 @@ def load(path) -> Session:
     """An .onnx file to run (predict): the runtime is needed, not the exporter."""
     if not has_runtime():
         raise ConfigError(f"predict {path}: an .onnx model {EXTRA} (onnxruntime not installed)")
-    data = Path(path).read_bytes()
+    data = safefile.read_bytes(path, "ONNX model", MAX_BYTES, error=CheckpointError,
+                               fix="give the .onnx file that `ecotrain export` wrote")
     safeload.check_onnx(data, str(path))
     try:
         return Session(data)  # bytes, not the path: nothing beside the file is read
