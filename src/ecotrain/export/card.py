@@ -33,6 +33,36 @@ MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain e
 FINE_TUNING = ("finetune", "adapters", "lwf", "ewc", "replay", "average")  # methods that start from trained weights
 _NOT_METRICS = ("test_split",)
 RECORD_MAX_BYTES = 16 * safefile.MiB  # export.json, README.md: KiBs when ecotrain wrote them
+NOT_FINITE_LEDGER = "not measured (non-finite in the ledger)"
+NOT_FINITE_SUMMARY = "not measured (non-finite in the run summary)"
+
+
+def finite(v) -> Optional[float]:
+    """`v` as a float when it is a finite number; None for NaN, an infinity, text, a bool or nothing. A
+    card never publishes a figure that is not one."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an int past float's range
+        return None
+    return f if math.isfinite(f) else None
+
+
+def not_finite(v) -> bool:
+    """A number that is there but is no figure (NaN, an infinity, an int past float's range)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and finite(v) is None
+
+
+def _finite_only(tree):
+    """The front matter with any non-finite float left in it made null (a last guard: YAML would write .nan)."""
+    if isinstance(tree, dict):
+        return {k: _finite_only(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_finite_only(v) for v in tree]
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return None
+    return tree
 
 
 def task_name(run: Run) -> str:
@@ -46,24 +76,37 @@ def task_name(run: Run) -> str:
 
 
 def test_metrics(shipped: Shipped) -> dict[str, dict]:
-    """{metric: {"value": the shipped run's (a group: the seeds' mean), "seeds": {seed: value}, "ci95"}}."""
+    """{metric: {"value": the shipped run's (a group: the seeds' mean), "seeds": {seed: value}, "ci95"}};
+    a metric that is non-finite in any seed is left out (`unmeasured_metrics` names it)."""
     runs = shipped.group or [shipped.run]
     keys = [k for k, v in shipped.run.summary.items() if k.startswith("test_") and k not in _NOT_METRICS
             and isinstance(v, (int, float)) and not isinstance(v, bool)]
     out = {}
     for key in keys:
         values = [r.summary.get(key) for r in runs]
-        if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        if any(finite(v) is None for v in values):
             continue
         name = key.removeprefix("test_")
         if len(runs) == 1:
             out[name] = {"value": float(values[0])}
             continue
         ci = mean_ci(values)
+        if not all(math.isfinite(x) for x in (ci.mean, ci.low, ci.high)):  # figures near float's limit
+            continue
         out[name] = {"value": ci.mean, "ci95": [ci.low, ci.high],
                      "seeds": {int(r.seed) if r.seed is not None else i: float(v)
                                for i, (r, v) in enumerate(zip(runs, values))}}
     return out
+
+
+def unmeasured_metrics(shipped: Shipped) -> list[str]:
+    """The test metrics the summary holds as NaN or an infinity (in any seed): said so, never a figure."""
+    runs = shipped.group or [shipped.run]
+    keys = [k for k, v in shipped.run.summary.items() if k.startswith("test_") and k not in _NOT_METRICS
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    metrics = test_metrics(shipped)
+    return [k.removeprefix("test_") for k in keys if k.removeprefix("test_") not in metrics
+            and any(not_finite(r.summary.get(k)) for r in runs)]
 
 
 def emissions(shipped: Shipped) -> tuple[Optional[dict], str]:
@@ -76,12 +119,18 @@ def emissions(shipped: Shipped) -> tuple[Optional[dict], str]:
     missing = [L["co2e"].get("missing_reason") or "no figure" for L in ledgers if L["co2e"].get("kg") is None]
     if missing:
         return None, f"not recorded: {missing[0]}"
-    grams = sum(L["co2e"]["kg"] for L in ledgers) * 1000.0
+    kgs = [L["co2e"]["kg"] for L in ledgers]
+    grams = finite(sum(math.inf if finite(kg) is None else finite(kg) for kg in kgs) * 1000.0)  # 1e308 kg: inf grams, no figure
+    if grams is None:
+        return None, NOT_FINITE_LEDGER
     methods = {L["energy"].get("method") or "estimated" for L in ledgers}
     method = "measured" if methods == {"measured"} else "estimated"
     first = ledgers[0]
+    intensity = first["co2e"].get("g_per_kwh")
+    intensity = f"{finite(intensity)} g/kWh" if finite(intensity) is not None else (
+        NOT_FINITE_LEDGER if not_finite(intensity) else "not recorded")
     source = (f"{method}: ecotrain ledger; energy: {first['energy'].get('source') or 'CodeCarbon'}; grid intensity: "
-              f"{first['co2e'].get('g_per_kwh')} g/kWh, {first['co2e'].get('source') or 'ledger'}")
+              f"{intensity}, {first['co2e'].get('source') or 'ledger'}")
     grids = sorted({str(L["co2e"].get("grid") or "unknown") for L in ledgers})
     location = ", ".join("world average grid (ledger.country not set)" if g == "world" else g for g in grids)
     methods_used = {m.get("name") for m in shipped.run.config.get("methods") or [] if isinstance(m, dict)}
@@ -126,7 +175,7 @@ def front_matter(shipped: Shipped, metrics: dict, co2: Optional[dict]) -> dict:
     if lm is not None:
         ours["language_model"] = lm
     meta["ecotrain"] = ours
-    return meta
+    return _finite_only(meta)
 
 
 def _data_name(data: dict) -> str:
@@ -152,6 +201,8 @@ def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, ex
             row += f" {v['ci95'][0]:.4f} to {v['ci95'][1]:.4f} | " + ", ".join(
                 f"{seed}: {x:.4f}" for seed, x in v["seeds"].items()) + " |"
         lines.append(row)
+    for k in unmeasured_metrics(shipped):
+        lines.append(f"| {k} | {NOT_FINITE_SUMMARY} |" + (" | |" if seeds else ""))
     lines += ["", "## Training cost", ""]
     if co2 is None:
         lines.append(f"CO2e: {co2_note}.")
@@ -163,10 +214,13 @@ def body(shipped: Shipped, metrics: dict, co2: Optional[dict], co2_note: str, ex
             lines.append(f"- every one of the {len(shipped.group)} seeds is counted: all were trained to choose one")
     ledger = run.ledger or {}
     if ledger:
+        def said(v, fmt: str, unit: str, name: str) -> str:
+            return f"{format(finite(v), fmt)} {unit}" if finite(v) is not None else f"{name} {NOT_FINITE_LEDGER}"
         energy = (ledger.get("energy") or {}).get("kwh")
-        lines.append(f"- this run: {ledger.get('wall_seconds') or 0:.1f} s wall, "
-                     + (f"{energy:.3g} kWh, " if energy is not None else "")
-                     + f"{((ledger.get('flops') or {}).get('total') or 0):.3g} FLOPs (`ecotrain ledger {run.path}`)")
+        lines.append(f"- this run: {said(ledger.get('wall_seconds') or 0, '.1f', 's wall', 'wall time')}, "
+                     + (f"{said(energy, '.3g', 'kWh', 'energy')}, " if energy is not None else "")
+                     + f"{said((ledger.get('flops') or {}).get('total') or 0, '.3g', 'FLOPs', 'FLOPs')} "
+                     f"(`ecotrain ledger {run.path}`)")
     lm = language_model(run)
     if lm is not None:
         lines += ["", "## Language model", "", *_lm_lines(lm)]
@@ -178,8 +232,10 @@ def _chosen(shipped: Shipped) -> str:
     run, s = shipped.run, shipped.run.summary
     es = run.config.get("early_stopping") or {}
     restored = s.get("best_step") is not None and (es.get("restore_best", True) or not es.get("enabled"))
-    how = (f"The weights are those of the best validation `{s['monitor']}` ({s['best_val_metric']:.6g}, step "
-           f"{s['best_step']})" if restored and s.get("best_val_metric") is not None
+    best = s.get("best_val_metric")
+    shown_best = format(finite(best), ".6g") if finite(best) is not None else NOT_FINITE_SUMMARY
+    how = (f"The weights are those of the best validation `{s['monitor']}` ({shown_best}, step "
+           f"{s['best_step']})" if restored and best is not None
            else "The weights are the last evaluated ones (no best validation figure was kept)")
     text = how + ". The test split was evaluated once, at the end, and played no part in any choice."
     if shipped.group:
@@ -217,7 +273,9 @@ def _export_lines(exports: dict, lm: bool = False) -> list[str]:
                 f"model's class; {run_it}."]
     lines = ["## Exported files", "", "| file | format | max abs difference vs eager (test split) |", "|---|---|---|"]
     for name, r in sorted(exports.items()):
-        lines.append(f"| `{name}` | {r.get('format')} | {r.get('max_abs_diff', float('nan')):.3g} |")
+        diff = finite(r.get("max_abs_diff"))
+        lines.append(f"| `{name}` | {r.get('format')} | "
+                     + (f"{diff:.3g} |" if diff is not None else "not measured |"))
     lines += ["", "```python", "from ecotrain.core.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
               "or evaluated", "", f"program, _ = load_pt2(\"{_first(exports, 'pt2')}\")", "model = program.module()"
               "  # no model class needed", "logits = model(input_ids)  # [batch, tokens, vocabulary]" if lm
@@ -295,10 +353,15 @@ def language_model(run: Run) -> Optional[dict]:
     kwargs = (run.config.get("model") or {}).get("kwargs") or {}
     data_kwargs = (run.config.get("data") or {}).get("kwargs") or {}
     context = kwargs.get("max_len") or rows or data_kwargs.get("seq_len")
-    return {"split": split, "perplexity": s.get(f"{split}_perplexity"), "bits_per_byte": s.get(f"{split}_bits_per_byte"),
-            "bits_per_token": s.get(f"{split}_bits_per_char"), "tokens_seen": s.get("tokens_seen"),
-            "tokenizer": tokenizer_name(run), "context_length": context if isinstance(context, int) else None,
-            "parameters": params, "tied": tied}
+    raw = {"perplexity": s.get(f"{split}_perplexity"), "bits_per_byte": s.get(f"{split}_bits_per_byte"),
+           "bits_per_token": s.get(f"{split}_bits_per_char"), "tokens_seen": s.get("tokens_seen")}
+    out = {"split": split, **{k: finite(v) for k, v in raw.items()},
+           "tokenizer": tokenizer_name(run), "context_length": context if isinstance(context, int) else None,
+           "parameters": params, "tied": tied}
+    unmeasured = [k for k, v in raw.items() if not_finite(v)]
+    if unmeasured:
+        out["not_finite"] = unmeasured  # said "not measured" on the card, never a figure
+    return out
 
 
 def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
@@ -318,10 +381,13 @@ def weights_summary(path: Path) -> tuple[Optional[int], dict, Optional[int]]:
         return None, {}, None
     try:
         tied = json.loads(meta.get("ecotrain.aliases") or "{}")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         tied = {}
+    # a tie names a tensor the file holds, under a name it does not (one stored twice is no tie)
+    tied = {a: b for a, b in tied.items() if isinstance(a, str) and isinstance(b, str) and a not in header
+            and isinstance(header.get(b), dict)} if isinstance(tied, dict) else {}
     positions = [v["shape"][0] for k, v in header.items() if k.endswith("wpe.weight") and len(v["shape"]) == 2]
-    return sum(math.prod(sh) for sh in shapes), tied if isinstance(tied, dict) else {}, \
+    return sum(math.prod(sh) for sh in shapes), tied, \
         (positions[0] if positions else None)
 
 
@@ -348,16 +414,19 @@ def tokenizer_name(run: Run) -> str:
 
 
 def _lm_lines(lm: dict) -> list[str]:
-    def fig(v, f):
-        return format(v, f) if isinstance(v, (int, float)) else "not recorded"
+    def fig(v, f, key=""):
+        if key in lm.get("not_finite", ()):
+            return NOT_FINITE_SUMMARY
+        return format(v, f) if isinstance(v, (int, float)) and finite(v) is not None else "not recorded"
     tied = lm["tied"]
     params = fig(lm["parameters"], ",")
     if tied:
         params += " (tied: " + ", ".join(f"`{a}` is `{b}`" for a, b in sorted(tied.items())) + ", counted once)"
-    return [f"- {lm['split']} perplexity: {fig(lm['perplexity'], '.4g')}; bits per byte: "
-            f"{fig(lm['bits_per_byte'], '.4g')}" + ("" if lm["bits_per_byte"] is not None else
-                                                     f" (bits per token: {fig(lm['bits_per_token'], '.4g')})"),
-            f"- tokens trained on: {fig(lm['tokens_seen'], ',.0f')}",
+    return [f"- {lm['split']} perplexity: {fig(lm['perplexity'], '.4g', 'perplexity')}; bits per byte: "
+            f"{fig(lm['bits_per_byte'], '.4g', 'bits_per_byte')}" + (
+                "" if lm["bits_per_byte"] is not None else
+                f" (bits per token: {fig(lm['bits_per_token'], '.4g', 'bits_per_token')})"),
+            f"- tokens trained on: {fig(lm['tokens_seen'], ',.0f', 'tokens_seen')}",
             f"- tokenizer: {lm['tokenizer']}",
             f"- context length: {fig(lm['context_length'], ',')} tokens",
             f"- parameters: {params}"]
