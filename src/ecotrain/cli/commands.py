@@ -77,6 +77,8 @@ COMMANDS: tuple[Command, ...] = (
             f"{_UPDATES}:cmd_promote"),
     Command("rollback", "make the previously current version current again", f"{_CONTINUAL}:rollback",
             f"{_UPDATES}:cmd_rollback"),
+    Command("canary", "serve a held candidate beside current on recorded requests; promote, hold or reject it by "
+            "its accuracy and latency intervals", f"{_CONTINUAL}:canary", f"{_UPDATES}:cmd_canary"),
     Command("review-queue", "the lowest-confidence and most-contradicted examples, for review",
             f"{_CONTINUAL}:review_queue", f"{_UPDATES}:cmd_review_queue"),
     Command("data", "make a built-in dataset on disk: `data speech-digits --out DIR`",  # docs/speech.md

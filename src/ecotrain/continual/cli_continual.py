@@ -1,4 +1,4 @@
-"""The bodies of continual updates' commands: update, versions, promote, rollback, review-queue
+"""The bodies of continual updates' commands: update, versions, promote, rollback, canary, review-queue
 (docs/updates.md). continual/commands.py parses their arguments; cli/program.py imports this module when one
 of them runs. Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext, whose
 `preemption` (the stop-signal handler) `update` trains under."""
@@ -40,7 +40,7 @@ def cmd_update(args, ctx) -> int:
                                          args.drift_cohort_error),
                          args.label_map, args.contradiction_threshold, args.drop_contradicted, args.slice_name,
                          args.recipe, quiet=not args.progress, cohort=args.cohort,
-                         average=average)
+                         average=average, hold=args.hold)
     out = update(args.registry, args.base, args.data, args.overrides, opts, ctx.preemption)
     m = out.meta["metrics"]
     if out.meta.get("task") == "language_model":  # perplexities, lower is better (continual/lm.py)
@@ -51,13 +51,25 @@ def cmd_update(args, ctx) -> int:
         print(f"average_perplexity={m['average_perplexity']:.4f} new_ppl_ratio={m['new_ppl_ratio']:.4f}"
               + (f" forgetting_ppl_ratio={ratio:.4f}" if ratio is not None else ""))
         print(f"{out.version}: {out.reason}")
-        return 0 if out.promoted else 1
+        return 0 if out.promoted or out.held else 1
     print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
     avg_f = m.get("average_forgetting")
     print(f"average_accuracy={m['average_accuracy']:.4f}" + (f" average_forgetting={avg_f:.4f}" if avg_f is not None
                                                               else ""))
     print(f"{out.version}: {out.reason}")
-    return 0 if out.promoted else 1
+    return 0 if out.promoted or out.held else 1  # held: the gate passed; the canary decides
+
+
+def cmd_canary(args, ctx) -> int:
+    from ecotrain.continual.canary import CanaryRule, exit_code, run_canary
+
+    rule = CanaryRule(args.max_drop, args.max_latency_ratio, args.mode, args.share, args.seed)
+    decision, line, fig = run_canary(args.registry, args.version, args.requests, rule, args.cohort, args.out)
+    print(f"canary_drop={fig['drop']:+.4f} [{fig['drop_interval'][0]:+.4f}, {fig['drop_interval'][1]:+.4f}] "
+          f"latency_ratio={fig['latency_ratio']:.3f} [{fig['latency_ratio_interval'][0]:.3f}, "
+          f"{fig['latency_ratio_interval'][1]:.3f}] decision={decision}")
+    print(line)
+    return exit_code(decision)
 
 
 def cmd_versions(args, ctx) -> int:

@@ -1,4 +1,4 @@
-"""The arguments of continual updates' commands: update, versions, promote, rollback, review-queue
+"""The arguments of continual updates' commands: update, versions, promote, rollback, canary, review-queue
 (docs/updates.md). Argparse only, no torch: imported to parse its command, before torch
 (ecotrain/cli/commands.py lists the commands); the bodies are in continual/cli_continual.py, imported when
 one of the commands runs."""
@@ -37,7 +37,26 @@ def update(u) -> None:
     u.add_argument("--drift-confidence-shift", type=float, default=0.15, help="alert threshold")
     u.add_argument("--drift-ece", type=float, default=0.15, help="alert threshold")
     u.add_argument("--drift-cohort-error", type=float, default=0.5, help="alert threshold, per cohort")
+    u.add_argument("--hold", action="store_true", help="a version that passes the gate stays a candidate for "
+                   "`ecotrain canary` to promote (or `ecotrain promote`), instead of becoming current")
     u.add_argument("--progress", action="store_true", help="show the training progress")
+
+
+def canary(c) -> None:
+    c.add_argument("version", help="the candidate (`update --hold` made it on current)")
+    c.add_argument("requests", metavar="REQUESTS", help="recorded requests with the labels they got: .npz of x, y "
+                   "[, integer cohort]")
+    c.add_argument("--registry", default="registry", help=REGISTRY_HELP)
+    c.add_argument("--mode", choices=["shadow", "split"], default="shadow", help="shadow (default): both versions "
+                   "answer every request, paired; split: a share of the requests goes to the candidate (A/B)")
+    c.add_argument("--share", type=float, default=0.2, help="split: the candidate's share of the requests (0.2)")
+    c.add_argument("--max-drop", type=float, default=0.01, help="the rule: largest drop of accuracy allowed "
+                   "(absolute, default 0.01), read on its 95%% interval")
+    c.add_argument("--max-latency-ratio", type=float, default=1.25, help="the rule: largest ratio of median "
+                   "latency per request, candidate over current (default 1.25)")
+    c.add_argument("--seed", type=int, default=0, help="the split's draw and the bootstrap's (default 0)")
+    c.add_argument("--cohort", help="every request is of this cohort (as predict's --cohort)")
+    c.add_argument("--out", help="write the figures and the decision here (.json)")
 
 
 def versions(v) -> None:

@@ -37,6 +37,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ecotrain.base import safefile
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
 from ecotrain.config.tokens import SIDECAR
@@ -259,7 +260,7 @@ def _has(path: Path, key: str) -> bool:
     from safetensors import safe_open
 
     try:
-        with safe_open(str(path), "pt") as f:
+        with safe_open(str(safefile.regular(path, "safetensors file")), "pt") as f:
             return any(k.startswith(f"{key}/") for k in f.keys())
     except Exception:  # damaged: the method's own reader says so, in one line
         return True
@@ -392,9 +393,9 @@ def _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, 
                                                                        "stopped_because", "val_perplexity")}}
     verdict = {"ok": ok, "reason": reason}
 
-    settle = settler(reg, base, ok, reason, verdict)
+    settle = settler(reg, base, ok, reason, verdict, hold=opts.hold)
     name = reg.commit(weights, meta, files, slices, settle)
-    return Outcome(name, verdict["ok"], verdict["reason"], meta)
+    return Outcome(name, verdict["ok"], verdict["reason"], meta, verdict.get("held", False))
 
 
 def _now() -> str:

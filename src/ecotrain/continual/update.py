@@ -65,6 +65,7 @@ class UpdateOptions:
     quiet: bool = True
     cohort: Optional[str] = None  # a cohort's own version (serve.py): served to that cohort, gated as served
     average: tuple[float, ...] = ()  # alphas: the candidate averaged with the base, the largest the gate takes
+    hold: bool = False  # a version that passes the gate stays a candidate for the canary (canary.py)
 
 
 # -- incoming data ----------------------------------------------------------------------------------
@@ -276,9 +277,9 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
                     f"`ecotrain promote {name}` if wanted ({reason})")
         return None
 
-    settle = settler(reg, base, ok, reason, verdict, cohorts_moved)
+    settle = settler(reg, base, ok, reason, verdict, cohorts_moved, opts.hold)
     name = reg.commit(weights, meta, files, slices, settle)
-    return Outcome(name, verdict["ok"], verdict["reason"], meta)
+    return Outcome(name, verdict["ok"], verdict["reason"], meta, verdict.get("held", False))
 
 
 def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str] = None,

@@ -24,6 +24,7 @@ class Outcome:
     promoted: bool
     reason: str
     meta: dict
+    held: bool = False  # passed its gate and kept a candidate for the canary (`update --hold`)
 
 
 def build_bare(meta: dict):
@@ -58,14 +59,19 @@ def lineage(reg: Registry, name: str) -> list[dict]:
     return out
 
 
-def settler(reg: Registry, base: str, ok: bool, reason: str, verdict: dict, moved=None):
+def settler(reg: Registry, base: str, ok: bool, reason: str, verdict: dict, moved=None, hold: bool = False):
     """The registry's last step of an update, run under its lock (`Registry.commit`): a version that
     passed its gate becomes `current` only if nothing moved since it was gated; else it stays a
     candidate, with why. `moved(idx, name)`: another reason a passing version must wait (a cohort's
-    versions changed), or None. `verdict` is updated in place: what the command reports."""
+    versions changed), or None. `hold` (`update --hold`): a passing version stays a candidate for the
+    canary (canary.py) to promote. `verdict` is updated in place: what the command reports."""
 
     def settle(idx: dict, name: str) -> None:
         why = moved(idx, name) if ok and moved is not None else None
+        if ok and why is None and hold:
+            why = (f"candidate: passed the gate, held for the canary (--hold): `ecotrain canary {name} REQUESTS.npz`, "
+                   f"or `ecotrain promote {name}` ({reason})")
+            verdict.update(held=True)
         if ok and why is None and idx["current"] == base:
             reg.make_current(idx, name, reason)
         elif ok:
