@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 
 import yaml
 
+from ecotrain.base import safefile
 from ecotrain.accounting.report import (contended, FIGURES, figure, lower_is_better, missing_reason, num, read_ledger,
                                        read_summary, table)
 from ecotrain.base.errors import ConfigError
@@ -67,6 +68,45 @@ def run_seed(run_dir: str, summary: dict) -> Optional[int]:
             cfg = None
         seed = cfg.get("seed") if isinstance(cfg, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+LM_METRICS = ("perplexity", "bits_per_char", "bits_per_byte")  # LanguageModelTask's own (its accuracy is per token)
+REGRESSION_METRICS = ("mse", "mae", "r2")
+
+
+def run_task(run_dir: str, summary: dict) -> Optional[str]:
+    """The task a run trained: config.yaml's `task.name`; for `auto` (or none), what its summary's
+    metrics say: a language model's perplexity or bits, a regression's error; None when they do not
+    tell (accuracy alone: classification, multilabel or sequence labelling)."""
+    try:
+        cfg = yaml.safe_load(safefile.read_text(Path(run_dir) / CONFIG, "run config", 16 * safefile.MiB))
+    except (OSError, ValueError, yaml.YAMLError, ConfigError):
+        cfg = None
+    task = cfg.get("task") if isinstance(cfg, dict) else None
+    name = task.get("name") if isinstance(task, dict) else None
+    if isinstance(name, str) and name != "auto":
+        return name
+    metrics = {k.split("_", 1)[1] for k in summary if k.startswith(("test_", "val_", "train_"))}
+    if metrics & set(LM_METRICS):
+        return "language_model"
+    if metrics & set(REGRESSION_METRICS):
+        return "regression"
+    return None
+
+
+def one_task(names: dict, tasks: dict, metric: str) -> None:
+    """Runs of one task: a classifier's accuracy and a language model's (per token) share a name, not a
+    meaning, and the cost of one task's run says nothing of the other's. One line naming a run of each
+    task, no verdict. A run whose task its files do not tell is not held against the others."""
+    first: dict[str, tuple[str, str]] = {}
+    for side in names:
+        for run, task in zip(names[side], tasks[side]):
+            if task is not None:
+                first.setdefault(task, (side, run))
+    if len(first) > 1:
+        shown = "; ".join(f"{side} {run}: {task.replace('_', ' ')}" for task, (side, run) in list(first.items())[:3])
+        raise ConfigError(f"compare: the runs are of different tasks ({shown}): {metric} and their costs do not "
+                          "measure the same thing; compare runs of one task (no verdict)")
 
 
 def distinct_runs(side: str, runs: Sequence[str], seeds: Sequence[Optional[int]]) -> None:
@@ -142,6 +182,7 @@ def judge(baseline: Sequence[str], candidate: Sequence[str], max_accuracy_drop: 
     seeds = {k: [run_seed(r, s) for r, (s, _) in zip(names[k], sides[k])] for k in names}
     for side in names:
         distinct_runs(side, names[side], seeds[side])
+    one_task(names, {k: [run_task(r, s) for r, (s, _) in zip(names[k], sides[k])] for k in names}, metric)
     for name, runs in sides.items():
         for r, (s, L) in zip(names[name], runs):
             if s.get(metric) is None:
