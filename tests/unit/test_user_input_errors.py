@@ -35,7 +35,7 @@ def test_unreadable_npz_is_a_data_error(tmp_path, monkeypatch):
 
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr("ecotrain.data.builtin.open", denied, raising=False)  # as a non-root user would see it
+    monkeypatch.setattr("ecotrain.base.safefile.os.open", denied)  # as a non-root user would see it (safefile opens it)
     with pytest.raises(DataError, match=r"ok.npz: cannot read the .npz file \(Permission denied\)"):
         load_data(cfg(name="npz", path=str(tmp_path / "ok.npz")))
 

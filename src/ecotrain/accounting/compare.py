@@ -63,8 +63,8 @@ def run_seed(run_dir: str, summary: dict) -> Optional[int]:
     seed = summary.get("seed")
     if seed is None:
         try:
-            cfg = yaml.safe_load((Path(run_dir) / CONFIG).read_text())
-        except (OSError, ValueError, yaml.YAMLError):
+            cfg = yaml.safe_load(safefile.read_text(Path(run_dir) / CONFIG, "run config", 16 * safefile.MiB))
+        except (OSError, ValueError, yaml.YAMLError, ConfigError):
             cfg = None
         seed = cfg.get("seed") if isinstance(cfg, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.base import safefile
 from ecotrain.accounting import meter_plan
 from ecotrain.base.errors import ConfigError
 
@@ -447,7 +447,7 @@ def _codecarbon_json(relpath: str) -> dict:
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError("No module named 'codecarbon'")
         path = Path(next(iter(spec.submodule_search_locations))) / "data" / relpath
-        return json.loads(path.read_text(encoding="utf-8"))
+        return safefile.read_json(path, "CodeCarbon data file", 64 * safefile.MiB, fix="reinstall codecarbon")
     except Exception as exc:
         raise GridDataMissing(f"grid carbon intensity needs CodeCarbon's data ({type(exc).__name__}: {exc}); "
                               "pip install codecarbon") from None

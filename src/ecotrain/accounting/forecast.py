@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.base import safefile
 from ecotrain.config.carbon import FORECAST_FILE
 from ecotrain.base.errors import ConfigError
 from ecotrain.core.userpath import user_path
@@ -160,8 +161,8 @@ def read_forecast(path: str | Path) -> list[Slot]:
     """The forecast's slots in time order; one line for a file that is missing or of another shape."""
     path = user_path(path, "carbon.forecast", FORECAST_FILE)  # a FIFO would block the read forever
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        text = safefile.read_text(path, "carbon forecast", 64 * safefile.MiB, fix=FORECAST_FILE)
+    except OSError as exc:
         raise ConfigError(f"carbon.forecast: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):

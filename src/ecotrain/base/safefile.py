@@ -116,3 +116,18 @@ def read_json(path: PathLike, what: str, limit: int, *, follow_links: bool = Tru
     except RecursionError:  # [[[[... 100,000 deep: the parser's recursion, not a bug of ours
         raise error(_line(path, "not readable JSON (nested too deep to read)", fix)) from None
 
+
+
+def regular(path: PathLike, what: str, *, follow_links: bool = True, fix: str = FIX,
+            error: type = ConfigError) -> PathLike:
+    """`path` itself when it is a regular file, for a library that opens a file by name (safetensors,
+    pyarrow, np.memmap, wave); else `error` with the same one line as `open_regular`. OSError passes
+    through (FileNotFoundError: missing).
+
+    Residual race: the library opens the name after this stat, so a FIFO or device swapped in between
+    is not seen here. Only someone who can already write the folder can do that, and it takes a swap
+    in that moment; where the library takes a file object instead, hand it `open_regular`."""
+    mode = (os.stat if follow_links else os.lstat)(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise error(_line(path, f"the {what} is {kind(mode)}", fix))
+    return path

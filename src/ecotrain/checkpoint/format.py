@@ -22,6 +22,7 @@ import torch
 import xxhash
 from safetensors import SafetensorError, safe_open
 
+from ecotrain.base import safefile
 from ecotrain.core import safeload
 from ecotrain.base.errors import CheckpointError, os_advice
 from ecotrain.base.fsnames import native_name
@@ -75,11 +76,25 @@ def _digest(path: Path) -> str:
     """xxh3-128: detects corruption and truncation at ~10 GB/s (sha256 ran at 0.4 GB/s here, 25 ms of a
     10 MB save). Not a signature: what it guards against is damage, and loading runs no code anyway."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
+    with safefile.open_regular(path, "checkpoint file", error=CheckpointError) as f:
         # the chunk size bounds memory only: any size gives the same digest (pragma: equivalent mutants)
         for chunk in iter(lambda: f.read(1 << 20), b""):  # pragma: no mutate
             h.update(chunk)
     return h.hexdigest()
+
+
+META_LIMIT = 64 * safefile.MiB  # manifest.json, meta.json: metadata, not tensors
+
+
+def _read_json(folder: Path, name: str) -> Any:
+    """`folder / name` (manifest.json, meta.json) as JSON, read through safefile: a FIFO or device in
+    its place, or a file above META_LIMIT, is one CheckpointError line; so is JSON that does not parse
+    (nested too deep included)."""
+    data = safefile.read_bytes(folder / name, name, META_LIMIT, error=CheckpointError, fix="")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise CheckpointError(f"{folder}: {name} is not valid JSON") from None
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -157,7 +172,8 @@ def safetensors_keys(path: Path, what: str) -> set[str]:
     """Parse a .safetensors file's header (offsets must cover the file exactly); its tensor names, the
     aliases of tied tensors included."""
     try:
-        with native_name(path) as name, safe_open(name, framework="pt") as f:  # a folder's name may not be UTF-8
+        regular = safefile.regular(path, "safetensors file", error=CheckpointError, fix="")
+        with native_name(regular) as name, safe_open(name, framework="pt") as f:  # a folder's name may not be UTF-8
             keys = set(f.keys())
         return keys | set(aliases_of(path, what))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -182,22 +198,19 @@ def _verify(folder: Path) -> dict:
             raise CheckpointError(f"{folder}: not a checkpoint folder (no {MANIFEST}, {' or '.join(FILES)})")
         raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST}); it was interrupted mid-save")
     try:
-        listed = set(json.loads((folder / MANIFEST).read_text()).get("files", {}))
-    except (ValueError, AttributeError, TypeError):
+        listed = set(_read_json(folder, MANIFEST).get("files", {}))
+    except (CheckpointError, AttributeError, TypeError):  # said below, once the stray files are looked at
         listed = set(FILES)
     for p in sorted(folder.rglob("*")):
         rel = str(p.relative_to(folder))
         if p.is_file() and rel not in (*listed, MANIFEST):
-            with open(p, "rb") as f:
+            with safefile.open_regular(p, "checkpoint file", error=CheckpointError) as f:
                 head = f.read(2)
             is_pickle = p.suffix in PICKLE_SUFFIXES or (len(head) == 2 and head[0] == 0x80 and head[1] <= 5) or head == b"PK"
             kind = "a pickle file" if is_pickle else "an unexpected file"
             raise CheckpointError(f"{folder}: holds {kind} '{rel}'; ecotrain checkpoints contain no pickles "
                                   "and nothing outside the manifest, so this folder is refused")
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except ValueError:
-        raise CheckpointError(f"{folder}: {MANIFEST} is not valid JSON") from None
+    manifest = _read_json(folder, MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
         raise CheckpointError(f"{folder}: format {found!r} is not {FORMAT!r}")
@@ -216,10 +229,7 @@ def _verify(folder: Path) -> dict:
     for name in files:
         if name.endswith(".safetensors"):
             keys[name] = safetensors_keys(folder / name, f"{folder}: {name}")
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except ValueError:
-        raise CheckpointError(f"{folder}: meta.json is not valid JSON") from None
+    meta = _read_json(folder, "meta.json")
     if not isinstance(meta, dict):
         raise CheckpointError(f"{folder}: meta.json is not a JSON object")
     missing = tensor_refs({k: v for k, v in meta.items() if k != "sharded"}) - keys["tensors.safetensors"]
@@ -234,7 +244,7 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict]:
     verify_checkpoint(folder)
     try:
         tensors = read_tensors(Path(folder) / "tensors.safetensors", str(folder))
-        meta = json.loads((Path(folder) / "meta.json").read_text())
+        meta = _read_json(Path(folder), "meta.json")
     except (SafetensorError, OSError, ValueError) as exc:  # changed since it was verified
         raise CheckpointError(f"{folder}: cannot be read ({_reason(exc)})") from None
     return tensors, meta

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.core.userpath import user_path
 from ecotrain.config.base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
@@ -518,7 +519,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         source = str(p)
         user_path(p, "recipe", "give a recipe file (YAML), e.g. recipes/mnist1d_cnn.yaml")  # no FIFO, no device
         try:
-            text = p.read_text(encoding="utf-8")
+            text = safefile.read_bytes(p, "recipe", 16 * safefile.MiB, fix="a recipe is YAML text").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8); a recipe is YAML text") from None
         except OSError as exc:

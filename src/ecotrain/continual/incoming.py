@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.continual.labels import normalise
 from ecotrain.data.split import stratified_split
 from ecotrain.base.errors import DataError
@@ -21,10 +22,16 @@ def load_npz(path: Path, what: str) -> dict:
     """Every array of an .npz file, read without unpickling; one line for anything else."""
     if path.suffix != ".npz" or not path.is_file():
         raise DataError(f"{path}: not found or not an .npz file; {what}")
-    if not zipfile.is_zipfile(path):
+    with safefile.open_regular(path, ".npz file", error=DataError) as fh:  # is_file above; swapped since: one line
+        return _arrays(fh, path)
+
+
+def _arrays(fh, path: Path) -> dict:
+    if not zipfile.is_zipfile(fh):
         raise DataError(f"{path}: not an .npz archive; save it with np.savez(path, x=..., y=...)")
+    fh.seek(0)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(fh, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except ValueError as exc:
         if "allow_pickle" in str(exc):

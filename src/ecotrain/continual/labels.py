@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import yaml
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.core.userpath import user_path
 
@@ -28,12 +29,13 @@ def load_label_map(path: Optional[str | Path]) -> Optional[dict[str, int]]:
         return None
     p = user_path(path, "--label-map", "give a JSON or YAML file mapping raw labels to class ids")  # no FIFO
     try:
-        text = p.read_text(encoding="utf-8")
+        text = safefile.read_bytes(p, "label map", 16 * safefile.MiB, fix="give a JSON or YAML file mapping raw "
+                                   "labels to class ids").decode("utf-8")  # a FIFO swapped in: one line, no wait
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--label-map {p}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
         tree = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, yaml.YAMLError, RecursionError):  # RecursionError: nested 100,000 deep
         raise ConfigError(f"--label-map {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}") from None
     if not isinstance(tree, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                                              for v in tree.values()):

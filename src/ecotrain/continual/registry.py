@@ -33,6 +33,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.continual.lock import LOCK_TIMEOUT, registry_lock
 from ecotrain.checkpoint.format import flatten, read_checkpoint, unflatten, verify_checkpoint, write_checkpoint
 from ecotrain.base.errors import CheckpointError, ConfigError
@@ -305,7 +306,7 @@ def _now() -> str:
 
 def file_hash(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with safefile.open_regular(path, "file to hash") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return "sha256:" + h.hexdigest()

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.labels import load_label_map, normalise, review_rows
 from ecotrain.continual.registry import VERSION_RE
@@ -60,8 +61,10 @@ def review_queue(target: str, data: str, out: str, registry: str, top: int = 50,
     if path.suffix != ".npz" or not path.is_file():
         raise DataError(f"{path}: not found or not an .npz file (x, and optionally y)")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with safefile.open_regular(path, ".npz file", error=DataError) as fh, np.load(fh, allow_pickle=False) as z:
             arrays = {key: z[key] for key in z.files if key in ("x", "y")}
+    except DataError:
+        raise
     except Exception as exc:
         raise DataError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
     if "x" not in arrays or arrays["x"].dtype.kind not in "biuf":

@@ -27,12 +27,13 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
+from ecotrain.base import safefile
 from ecotrain.continual.gate import predict_proba
 from ecotrain.continual.incoming import checked_cohort, checked_labels, checked_x, load_npz
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.router import MIN_CONFIDENCE, CohortRouter, pooled_features
 from ecotrain.continual.versions import load_version_model
-from ecotrain.base.errors import ConfigError, DataError
+from ecotrain.base.errors import CheckpointError, ConfigError, DataError
 from ecotrain.export.inference import writable, write_out
 
 ROUTER_FILE = "router.safetensors"
@@ -61,7 +62,10 @@ def _router_sample(reg, name: str) -> Optional[torch.Tensor]:
     from safetensors.torch import load_file
 
     path = reg.path(name) / ROUTER_FILE
-    return load_file(str(path))["x"] if path.is_file() else None  # verified with the version (manifest)
+    if not path.is_file():
+        return None
+    # verified with the version (manifest); by name to safetensors, so no FIFO or device first
+    return load_file(str(safefile.regular(path, "router sample", error=CheckpointError)))["x"]
 
 
 @dataclass

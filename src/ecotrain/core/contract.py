@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.data.builtin import checked_tensors, csv_columns, describe, read_csv
 from ecotrain.base.errors import DataError, EcotrainError
 from ecotrain.base.log import log
@@ -89,7 +90,8 @@ def read_file(path: Path, columns: Optional[Sequence[str]], chosen: bool, target
     kind = path.suffix.lower()
     if kind == ".npz":
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with safefile.open_regular(path, "data file", error=DataError, fix="give an .npz file") as fh, \
+                    np.load(fh, allow_pickle=False) as z:
                 if "x" not in z.files:
                     raise DataError(f"{path}: missing array 'x' (found {list(z.files)}); save with np.savez(path, x=...)")
                 x, y = z["x"], (z["y"] if "y" in z.files else None)

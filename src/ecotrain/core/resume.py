@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.checkpoint import sharded
 from ecotrain.checkpoint.format import load_state_dict_file, read_checkpoint, unflatten
 from ecotrain.checkpoint.manager import latest_valid, list_checkpoints
@@ -64,7 +65,7 @@ def steps_past(metrics: Path, offset: int | None, step: int) -> int:
     bound by up to `loop.log_every - 1` steps (lines are written every log_every steps)."""
     if offset is None or not metrics.is_file():
         return 0
-    with open(metrics, "rb") as f:
+    with safefile.open_regular(metrics, "metrics log") as f:
         f.seek(offset)
         tail = f.read()
     furthest = step
@@ -99,11 +100,11 @@ def finished(run_dir, checkpoint, config) -> dict | None:
     if checkpoint is None or not run_dir:
         return None
     try:
-        summary = json.loads(RunFiles(run_dir).summary.read_text())
-        meta = json.loads((Path(checkpoint) / "meta.json").read_text())
+        summary = safefile.read_json(RunFiles(run_dir).summary, "run summary", 64 * safefile.MiB)
+        meta = safefile.read_json(Path(checkpoint) / "meta.json", "checkpoint meta.json", 64 * safefile.MiB)
         same_budget = with_defaults(meta["config"]).get("loop") == config.to_dict()["loop"]
         at = summary["steps"] == meta["position"]["step"] and summary["stopped_because"] != "preempted"
-    except (OSError, ValueError, KeyError, TypeError):  # no summary yet, or one that is damaged: not finished
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):  # no summary yet, or a damaged one: not finished
         return None
     if at and same_budget and RunFiles(run_dir).model.is_file():
         return summary

@@ -18,6 +18,7 @@ from typing import Optional
 
 import yaml
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.base.filelock import holder, open_lock, try_lock, unlock
 from ecotrain.base.runfiles import (CHECKPOINTS, CONFIG, LOCK, MARKS, METRICS, OWN, RUN_FILES,  # noqa: F401 (TOKENIZER:
@@ -273,8 +274,9 @@ def unshare_links(folder: Path) -> None:
         p = folder / name
         try:
             if p.is_file() and not p.is_symlink() and p.stat().st_nlink > 1:
-                atomic_write(p, p.read_bytes())
-        except OSError:
+                with safefile.open_regular(p, "run file") as f:  # is_file() above, but swapped since: not blocked
+                    atomic_write(p, f.read())
+        except (OSError, ConfigError):
             continue  # said by the write that follows, if it fails too
 
 

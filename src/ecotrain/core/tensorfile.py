@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save, save_file
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import CheckpointError
 from ecotrain.core.rundir import atomic_write
 from ecotrain.base.fsnames import native_name
@@ -102,14 +103,15 @@ def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[s
 def aliases_of(path: Path, what: str | None = None) -> dict[str, str]:
     """{alias: stored name} recorded in a safetensors file; {} when none. Checked: names are strings,
     every target is stored, no alias shadows a stored name."""
-    with native_name(path) as name, safe_open(name, framework="pt") as f:  # a run folder's name may not be UTF-8
+    regular = safefile.regular(path, "safetensors file", error=CheckpointError, fix="")  # no FIFO, no device
+    with native_name(regular) as name, safe_open(name, framework="pt") as f:  # a run folder's name may not be UTF-8
         keys = set(f.keys())
         raw = (f.metadata() or {}).get(ALIASES)
     if raw is None:
         return {}
     try:
         aliases = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         aliases = None
     if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in keys
                                                 and k not in keys for k, v in aliases.items()):
@@ -121,7 +123,7 @@ def aliases_of(path: Path, what: str | None = None) -> dict[str, str]:
 def read_tensors(path: Path, what: str | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file, aliases restored as the same tensor objects."""
     aliases = aliases_of(path, what)
-    with native_name(path) as name:
+    with native_name(safefile.regular(path, "safetensors file", error=CheckpointError, fix="")) as name:
         tensors = load_file(name)
     for alias, target in aliases.items():
         tensors[alias] = tensors[target]

@@ -300,7 +300,6 @@ def cache_file() -> Optional[Path]:
 def _probe_run(cfg: dict, n: int, steps: int, folder: Path) -> dict:
     """`ecotrain fit` of a copy of the run's config for `steps` steps with `n` threads, in its own
     process; its ledger's totals (set-up, test and save included)."""
-    import json
     import subprocess
     import sys
 
@@ -315,7 +314,7 @@ def _probe_run(cfg: dict, n: int, steps: int, folder: Path) -> dict:
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"probe with {n} threads failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    L = json.loads((run / LEDGER).read_text())
+    L = safefile.read_json(run / LEDGER, "probe's ledger", 64 * safefile.MiB)
     return {"steps": int(L.get("steps") or steps), "wall": L.get("wall_seconds"), "cpu": L.get("cpu_seconds"),
             "kwh": (L.get("energy") or {}).get("kwh"), "cost": (L.get("cost") or {}).get("amount")}
 

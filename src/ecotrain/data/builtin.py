@@ -11,6 +11,7 @@ The formats, their readers and options: one table, data_formats.py.
 from __future__ import annotations
 
 import csv
+import io
 import importlib
 import zipfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.config import Config
 from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
@@ -175,7 +177,9 @@ def load_digits(cfg: Config) -> Found:
 def load_npz(cfg: Config) -> Found:
     path = _need_path(cfg)
     try:
-        z = np.load(path, allow_pickle=False)  # never unpickle user files
+        z = np.load(safefile.open_regular(path, ".npz file", error=DataError), allow_pickle=False)  # never unpickle
+    except DataError:
+        raise
     except Exception as exc:
         raise DataError(f"{path}: cannot read as .npz ({describe(exc)})") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
@@ -224,7 +228,8 @@ def read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[lis
     """(header, rows) of a CSV file: a header of distinct names (columns are read by name), then at
     least one row, every row as long as the header. `header_only`: the header and the first row alone."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not in the header
+        with safefile.open_regular(path, "CSV file", error=DataError) as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as f:  # -sig: a byte-order mark is not in the header
             reader = csv.reader(f)
             rows = [r for r, _ in zip(reader, range(2))] if header_only else list(reader)
     except (OSError, UnicodeDecodeError) as exc:
@@ -289,7 +294,7 @@ def _need_path(cfg: Config) -> Path:
     # `resume`/`eval` from another folder look elsewhere (user_path says from where)
     p = user_path(cfg.data.path, "data.path", f"give the .{cfg.data.name} file", error=DataError)
     try:
-        with open(p, "rb"):
+        with safefile.open_regular(p, f".{cfg.data.name} file", error=DataError):
             pass
     except OSError as exc:
         raise _unreadable(p, exc, f".{cfg.data.name} file") from None

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import DataError
 
 SAMPLE_BYTES = 64 * 1024  # a big file's fingerprint reads this much of its head and of its tail
@@ -99,7 +100,7 @@ def fingerprint(root: Path, files: list[Path], extra: bytes = b"") -> str:
     for f in files:
         size = f.stat().st_size
         h.update(f"{f.relative_to(root)}\0{size}\0".encode())
-        with open(f, "rb") as fh:
+        with safefile.open_regular(f, "data file", error=DataError) as fh:
             if f.suffix == ".json" and size <= 1 << 20:
                 h.update(fh.read())
             else:

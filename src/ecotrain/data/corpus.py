@@ -21,6 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ecotrain.base import safefile
 from ecotrain.config.tokens import SIDECAR, TokensMeta
 from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.base.errors import DataError
@@ -72,9 +73,10 @@ def documents(files: list[Path]) -> Iterator[str]:
             if path.stat().st_size > MAX_DOCUMENT_BYTES:
                 raise DataError(f"{path}: {path.stat().st_size:,} bytes in one document, over "
                                 f"{MAX_DOCUMENT_BYTES:,}; split it into files or a .jsonl")
-            yield _text(path.read_bytes(), path)
+            yield _text(safefile.read_bytes(path, "document", MAX_DOCUMENT_BYTES, error=DataError,
+                                            fix="split it into files or a .jsonl"), path)
             continue
-        with open(path, "rb") as f:
+        with safefile.open_regular(path, "JSON lines file", error=DataError) as f:
             for i, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
@@ -216,7 +218,7 @@ def _write(out: Path, files, tok, dtype, n_docs: int, n_train: int, n_val: int, 
 
 def _cut_one_document(tmp: Path, writers: dict, dtype, val_share: float, test_share: float) -> None:
     """One document: its stream (all in train.bin so far) cut into the splits by position."""
-    ids = np.fromfile(tmp / "train.bin", dtype=dtype)
+    ids = np.fromfile(safefile.regular(tmp / "train.bin", "token stream", error=DataError), dtype=dtype)
     n = len(ids)
     n_test = round(n * test_share) if "test" in writers else 0
     n_val = round(n * val_share) if "val" in writers else 0

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.data import braces
 from ecotrain.data.columns import feature_columns, fingerprint, labels_of, need, table_xy
 from ecotrain.data.openfiles import OpenFiles
@@ -27,6 +28,7 @@ from ecotrain.base.errors import DataError
 
 
 def _open(pq, path: Path):
+    path = safefile.regular(path, "parquet shard", error=DataError)  # pyarrow opens it by name: no FIFO, no device
     try:
         return pq.ParquetFile(path, page_checksum_verification=True)  # checks the pages when written with CRCs
     except TypeError:  # an older pyarrow without the option
@@ -135,7 +137,7 @@ def load_parquet_files(shards: list[Path], root: Path, cfg, damage: Damage) -> t
             if schema0 is None:  # the columns asked for are the recipe's: that error is never skipped
                 cols = feature_columns(schema.names, cfg.features, cfg.target, str(path))
             try:
-                lab = labels_of(pq.read_table(path, columns=[cfg.target]).column(0), cfg.target, str(path))
+                lab = labels_of(pq.read_table(safefile.regular(path, "parquet shard", error=DataError), columns=[cfg.target]).column(0), cfg.target, str(path))
             except OSError as exc:
                 raise DataError(f"{path}: cannot read the label column ({' '.join(str(exc).split())[:200]}); "
                                 "the shard is damaged: rewrite or remove it") from None

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.data.columns import fingerprint
 from ecotrain.data.openfiles import OpenFiles
 from ecotrain.data.tarheaders import TarDamage, members
@@ -67,7 +68,7 @@ def _scan(path: Path, on_bad: str, damage: Damage) -> list[tuple[str, dict[str, 
     samples: list[tuple[str, dict]] = []
     bad, lost, dropped = None, 0, None  # what stopped the scan, the samples it cost; a refused sample's key
     try:
-        with open(path, "rb") as f:
+        with safefile.open_regular(path, "tar shard", error=DataError) as f:
             for name, at, data, n in members(f, size):
                 key, ext = _split_key(name)
                 if name.rpartition("/")[2].startswith("."):
@@ -174,7 +175,7 @@ class TarShardSource:
         return f"{self.shards[self.shard_of[row]]} sample '{self.keys[row]}' at byte {self.offset[row]}"
 
     def _open_shard(self, shard: int) -> int:
-        return os.open(self.shards[shard], os.O_RDONLY)
+        return os.open(safefile.regular(self.shards[shard], "tar shard", error=DataError), os.O_RDONLY)
 
     def take(self, idx: torch.Tensor):
         rows = idx.tolist()
@@ -216,7 +217,7 @@ def load_tars(shards: list[Path], digest_root: Path, cfg, damage: Damage) -> tup
                 raise DataError(f"{path}: an empty shard (no samples); remove it")
             damage.add(path, "an empty shard")
             continue
-        with open(path, "rb") as f:
+        with safefile.open_regular(path, "tar shard", error=DataError) as f:
             for key, members in samples:
                 where = f"{path} sample '{key}'"
                 if feat is None:
@@ -239,7 +240,7 @@ def load_tars(shards: list[Path], digest_root: Path, cfg, damage: Damage) -> tup
         raise DataError(f"data.name: {shards[0].parent}: no readable samples in {len(shards)} shard(s)")
     src_args = (np.asarray(shard_of, dtype=np.int64), np.asarray(offset, dtype=np.int64),
                 np.asarray(size, dtype=np.int64), keys, feat)
-    with open(shards[shard_of[0]], "rb") as f:
+    with safefile.open_regular(shards[shard_of[0]], "tar shard", error=DataError) as f:
         f.seek(offset[0])
         a0 = _decode_feature(f.read(size[0]), feat.rsplit(".", 1)[-1], f"{shards[shard_of[0]]} sample '{keys[0]}'")
     digest = fingerprint(digest_root, shards, extra=f"tar\0{feat}\0{lab}\0{cfg.on_bad_shard}".encode())

@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.data.sources import DataBundle
 from ecotrain.base.errors import DataError
 
@@ -48,7 +49,7 @@ def read_corpus(max_bytes: int, offset: int = 0) -> list[bytes]:
         if skip and path.stat().st_size <= skip:  # wholly before the offset: not read
             skip -= path.stat().st_size
             continue
-        b = path.read_bytes()[skip: skip + max_bytes - total]
+        b = safefile.read_bytes(path, "stdlib source file", 64 * safefile.MiB, error=DataError)[skip: skip + max_bytes - total]
         skip = 0
         if b:
             texts.append(b)

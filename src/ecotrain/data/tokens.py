@@ -57,7 +57,7 @@ def _header(path: Path, size: int) -> Optional[tuple[str, int, int]]:
     if size < 12:
         return None
     try:
-        with open(path, "rb") as f:
+        with safefile.open_regular(path, "token file", error=DataError) as f:
             head = np.frombuffer(f.read(12), dtype="<i4")
     except OSError as exc:
         raise DataError(f"{path}: cannot read the token file ({exc.strerror})") from None
@@ -116,7 +116,8 @@ class TokenFile:
     def arr(self) -> np.memmap:
         if self._arr is None:
             try:
-                self._arr = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=(self.n,))
+                self._arr = np.memmap(safefile.regular(self.path, "token file", error=DataError), dtype=self.dtype,
+                                      mode="r", offset=self.offset, shape=(self.n,))
             except (OSError, ValueError) as exc:
                 raise DataError(f"{self.path}: cannot map the token file ({exc})") from None
         return self._arr
@@ -149,7 +150,7 @@ class TokenFile:
     def hash_into(self, h) -> None:
         h.update(f"tokens:{self.path.name}:{self.size}:{self.dtype}".encode())
         try:
-            with open(self.path, "rb") as f:
+            with safefile.open_regular(self.path, "token file", error=DataError) as f:
                 h.update(f.read(_HASH_BYTES))
                 f.seek(max(0, self.size - _HASH_BYTES))
                 h.update(f.read(_HASH_BYTES))

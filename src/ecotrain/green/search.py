@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ecotrain.base import safefile
 from ecotrain.accounting.energy import cpu_time_kwh
 from ecotrain.accounting.report import (figure, missing_reason, read_ledger,
                                        read_summary as report_summary)
@@ -240,7 +241,9 @@ def val_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
     steps = read_summary(run_dir)["steps"]
     points = []
     path = run_dir / METRICS
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+    with safefile.open_regular(path, "metrics log", fix=RUN_FIX) as f:  # a FIFO in its place: one line, no wait
+        text = f.read().decode("utf-8", errors="replace")  # as long as the run wrote: no cap on a run's log
+    for n, line in enumerate(text.splitlines(), start=1):
         try:
             rec = json.loads(line)
         except ValueError:  # a line cut by a kill mid-write: the curve is read from the others

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ecotrain.base import safefile
 from ecotrain.core.batch import batch_size
 from ecotrain.base.log import log
 from ecotrain.base.errors import ConfigError, EcotrainError
@@ -162,8 +163,8 @@ def write_oom_hint(run_dir, micro_batches: int, step: int, rank: int) -> None:
 def oom_hint(run_dir) -> int | None:
     """The micro-batch count a rank's OOM asked every rank to resume with (None: none asked)."""
     try:
-        n = json.loads((Path(run_dir) / OOM_HINT).read_text()).get("micro_batches")
-    except (OSError, ValueError, AttributeError):
+        n = safefile.read_json(Path(run_dir) / OOM_HINT, "OOM hint", 64 * safefile.MiB).get("micro_batches")
+    except (OSError, ValueError, AttributeError, ConfigError):
         return None
     return n if isinstance(n, int) and n > 0 else None
 

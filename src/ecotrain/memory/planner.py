@@ -33,13 +33,13 @@ summary.json; a resume reads memory_plan.json back and does not measure again.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
 from ecotrain.base.units import fmt_bytes, parse_bytes  # noqa: F401  (the planner's sizes)
@@ -500,8 +500,8 @@ def read_record(*folders: Optional[Path]) -> Optional[dict]:
         p = Path(folder) / PLAN_FILE if folder is not None else None
         if p is not None and p.is_file():
             try:
-                return json.loads(p.read_text())
-            except (OSError, ValueError) as exc:
+                return safefile.read_json(p, "memory plan", 64 * safefile.MiB, fix="delete it to measure the plans again")
+            except OSError as exc:
                 raise ConfigError(f"{p}: cannot be read ({exc}); delete it to measure the plans again") from None
     return None
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.callbacks import Callback
 from ecotrain.config import Config
 from ecotrain.data import load_data
@@ -39,7 +40,7 @@ from ecotrain.assembly.trainer import fit
 
 
 def worker(folder: Path) -> None:
-    job = json.loads((folder / "job.json").read_text())
+    job = safefile.read_json(folder / "job.json", "memory measurement job", 64 * safefile.MiB)
     cfg = Config.model_validate(job["config"])
     steps = cfg.loop.max_steps
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 
@@ -96,7 +97,7 @@ def save_adapter(model: nn.Module, folder: str | Path) -> Path:
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, default=str))
         for f in (WEIGHTS, CONFIG):
-            with open(tmp / f, "rb") as fh:
+            with safefile.open_regular(tmp / f, "adapter file", error=CheckpointError) as fh:
                 os.fsync(fh.fileno())
         old = None
         if folder.exists():  # a folder cannot be renamed over a non-empty one: move it aside first
@@ -125,7 +126,8 @@ def load_adapter(model: nn.Module, folder: str | Path) -> nn.Module:
         except Exception as exc:
             raise CheckpointError(f"{where}: {CONFIG} is not a LoRA config ({type(exc).__name__}: {exc})") from None
         model = inject(model, config)
-    sd = {k[len(PREFIX):] if k.startswith(PREFIX) else k: v for k, v in load_file(str(folder / WEIGHTS)).items()}
+    sd = {k[len(PREFIX):] if k.startswith(PREFIX) else k: v for k, v in load_file(
+        str(safefile.regular(folder / WEIGHTS, "adapter weights file", error=CheckpointError))).items()}
     result = peft.set_peft_model_state_dict(model, sd)
     missing = [k for k in result.missing_keys if "lora_" in k]
     if result.unexpected_keys or missing:

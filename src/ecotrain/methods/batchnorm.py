@@ -53,6 +53,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
 from ecotrain.methods.base import Method
@@ -327,8 +328,8 @@ def read_report(run_dir) -> dict:
     if not path.is_file():
         raise ConfigError(f"{run}: not a finished run folder (no {SUMMARY})")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        summary = json.loads(safefile.read_bytes(path, "run summary", 64 * safefile.MiB))  # a FIFO, a device: one line
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{path}: not readable JSON ({type(exc).__name__})") from None
     section = summary.get("methods", {}).get("batchnorm") if isinstance(summary, dict) else None
     if not isinstance(section, dict):

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ecotrain.base import safefile
 from ecotrain.checkpoint import read_checkpoint
 from ecotrain.checkpoint.format import unflatten
 from ecotrain.base.errors import CheckpointError, ConfigError, DataError
@@ -123,7 +124,7 @@ def domain_column(path: Path, split: str, rows: int) -> Optional[np.ndarray]:
     """An .npz's per-row domain keys (`domain`, or `domain_test` for its test arrays) as strings, or None."""
     key = "domain_test" if split == "test" else "domain"
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with safefile.open_regular(path, "data file", error=DataError) as fh, np.load(fh, allow_pickle=False) as z:
             if key not in z.files:
                 return None
             col = z[key]

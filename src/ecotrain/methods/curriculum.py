@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.core.flops import count_flops
 from ecotrain.data.sampler import EpochSampler
 from ecotrain.base.errors import ConfigError, DataError
@@ -101,7 +102,10 @@ class Curriculum(Method):
         user_path(path, "methods.curriculum.path", f"give an .npy file of {n} scores, one per train sample",
                   error=DataError)  # a FIFO would block the read forever
         try:
-            a = np.load(path, allow_pickle=False)
+            with safefile.open_regular(path, "scores file", error=DataError) as fh:
+                a = np.load(fh, allow_pickle=False)
+        except DataError:
+            raise
         except Exception as exc:
             raise DataError(f"methods.curriculum.path: cannot read {path} as .npy ({type(exc).__name__}: {exc})") from None
         if a.ndim != 1 or len(a) != n or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all():
@@ -159,6 +163,9 @@ def _reference_training_flops(path: Path):
     for folder in (path, path.parent.parent):  # a run folder, or a checkpoint inside one
         f = RunFiles(folder).ledger
         if f.is_file():
-            flops = (json.loads(f.read_text()).get("flops") or {}).get("total")
+            ledger = safefile.read_json(f, "ledger", 64 * safefile.MiB)
+            if not isinstance(ledger, dict):
+                raise ConfigError(f"{f}: the ledger is not a JSON object; the run folder is damaged")
+            flops = (ledger.get("flops") or {}).get("total")
             return float(flops) if flops is not None else None
     return None

@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from ecotrain.base import safefile
 from ecotrain.core.device import current_index, same_device
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
@@ -87,7 +88,7 @@ class Buffer:
 def file_digest(path: Path) -> str:
     """sha256 of a file: a method records what its `from`/`teacher` file held, and a resume checks it."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with safefile.open_regular(path, "method file") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -7,12 +7,14 @@ unfinished run has no summary), and a damaged one is a note in the report, not a
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.base import safefile
 from ecotrain.accounting.report import LEDGER_FIELDS, SUMMARY_STRINGS, check_numbers, check_readable
 from ecotrain.base.errors import ConfigError
 from ecotrain.core.jsonfile import read_json
@@ -98,11 +100,13 @@ def read_run(run_dir) -> RunData:
                           "give the folders that `ecotrain fit` wrote")
     run = RunData(path=path, name=path.name)
     try:
-        run.config_text = (path / CONFIG).read_text()
+        run.config_text = safefile.read_text(path / CONFIG, "run config", 16 * safefile.MiB)
         cfg = yaml.safe_load(run.config_text)
         run.config = cfg if isinstance(cfg, dict) else {}
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
         run.notes.append(f"config.yaml: not readable ({type(exc).__name__})")
+    except ConfigError as exc:  # a FIFO, a device, not UTF-8, too big: safefile's line says which
+        run.notes.append(f"config.yaml: not readable ({exc})")
     run.name = str(run.config.get("name") or path.name)
     run.summary = _json(path / SUMMARY, run.notes, "run summary")
     if not (path / SUMMARY).is_file() and (path / CONFIG).is_file():
@@ -128,7 +132,12 @@ def _read_metrics(run: RunData) -> None:
         run.notes.append("no metrics.jsonl")
         return
     bad = 0
-    with open(p, encoding="utf-8", errors="replace") as f:
+    try:
+        raw = safefile.open_regular(p, "metrics log")
+    except (OSError, ConfigError) as exc:  # a FIFO in its place: a note, never a wait
+        run.notes.append(f"metrics.jsonl: not readable ({exc})")
+        return
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 rec = json.loads(line)

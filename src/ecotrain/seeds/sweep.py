@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
 from ecotrain.core.rundir import default_run_dir, file_in_the_way, holds_run, write_json
@@ -74,8 +75,8 @@ def read_group(path: str | Path) -> list[str]:
     """The run folders a group file names (paths as given, resolved against the file's folder)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
+        data = json.loads(safefile.read_bytes(path, "group file", 64 * safefile.MiB))  # a FIFO, a device: one line
+    except (ValueError, OSError, RecursionError) as exc:
         raise ConfigError(f"{path}: not a readable group file ({getattr(exc, 'strerror', None) or exc})") from None
     if not isinstance(data, dict) or data.get("kind") != "ecotrain.seed_group":
         raise ConfigError(f"{path}: not an ecotrain group file (written by `ecotrain fit RECIPE --seeds 0,1,2`)")
@@ -88,9 +89,9 @@ def read_group(path: str | Path) -> list[str]:
 def _finished_before(group: Path, runs: list[Path]) -> list[Path]:
     """The runs an earlier try of this group finished (its group file says so and summary.json is there)."""
     try:
-        data = json.loads(group.read_text())
+        data = json.loads(safefile.read_bytes(group, "group file", 64 * safefile.MiB))
         done = set(data.get("finished") or ()) if isinstance(data, dict) else set()
-    except (ValueError, OSError):
+    except (ValueError, OSError, RecursionError, ConfigError):
         return []
     return [r for r in runs if (r.name in done or str(r.resolve()) in done) and RunFiles(r).summary.is_file()]
 
@@ -103,8 +104,8 @@ def _same_config(run_dir: Path, recipe: str, overrides: list[str]) -> None:
 
     want = load_config(recipe, overrides).to_dict()
     try:
-        have = yaml.safe_load(RunFiles(run_dir).config.read_text())
-    except (OSError, yaml.YAMLError):
+        have = yaml.safe_load(safefile.read_text(RunFiles(run_dir).config, "run config", 16 * safefile.MiB))
+    except (OSError, yaml.YAMLError, ConfigError, RecursionError):
         have = None
     changed = diff_configs(have, want) if isinstance(have, dict) else [f"{CONFIG} unreadable"]
     if changed:

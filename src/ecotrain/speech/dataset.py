@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 from safetensors.torch import load_file, save_file
 
+from ecotrain.base import safefile
 from ecotrain.data.sources import DataBundle
 from ecotrain.base.errors import DataError
 from ecotrain.core.rundir import write_json
@@ -104,9 +105,10 @@ def generate(out: Path, spec: Spec, workers: int = 2) -> Path:
     manifest = out / "manifest.json"
     if manifest.is_file():
         try:
-            if json.loads(manifest.read_text()).get("key") == key and (out / "features.safetensors").is_file():
+            made = safefile.read_json(manifest, "speech manifest", 64 * safefile.MiB, error=DataError)
+            if isinstance(made, dict) and made.get("key") == key and (out / "features.safetensors").is_file():
                 return out
-        except (OSError, ValueError):
+        except (OSError, ValueError, DataError):
             pass  # damaged: made again
     if out.exists() and not out.is_dir():
         raise DataError(f"speech data: {out} exists and is not a folder; choose another --out")
@@ -163,11 +165,16 @@ class SpeechData:
 def load(folder: Path) -> SpeechData:
     folder = Path(folder)
     try:
-        meta = json.loads((folder / "manifest.json").read_text())
-        feats = load_file(str(folder / "features.safetensors"))["features"].float()
+        meta = safefile.read_json(folder / "manifest.json", "speech manifest", 64 * safefile.MiB, error=DataError)
+        feats = load_file(str(safefile.regular(folder / "features.safetensors", "speech features file",
+                                               error=DataError)))["features"].float()
+        if not isinstance(meta, dict) or not isinstance(meta.get("utterances"), list):
+            raise DataError(f"speech data: {folder / 'manifest.json'} lists no utterances; make it again")
     except FileNotFoundError as exc:
         raise DataError(f"speech data: {exc.filename} not found; make it with `ecotrain data speech-digits --out {folder}`") from None
-    except Exception as exc:  # unreadable JSON, a truncated safetensors file (SafetensorError), a missing key
+    except DataError:  # safefile's line: a FIFO or device in a file's place, JSON that does not parse
+        raise
+    except Exception as exc:  # a truncated safetensors file (SafetensorError), a missing key
         raise DataError(f"speech data: {folder} is damaged ({type(exc).__name__}: {exc}); make it again") from None
     return SpeechData(feats, meta["utterances"])
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import DataError
 
 INSTALL_HINT = "install it with `apt-get install espeak-ng` (or `make speech`)"
@@ -56,7 +57,7 @@ def render(text: str, speaker: Speaker, workdir: Path) -> torch.Tensor:
         if r.returncode != 0 or path.stat().st_size <= 44:
             raise DataError(f"espeak-ng: voice '{speaker.voice}' could not render '{text}' "
                             f"({(r.stderr or 'no audio').strip()[:200]}); check `espeak-ng --voices`")
-        with wave.open(str(path), "rb") as w:
+        with safefile.open_regular(path, "espeak-ng output", error=DataError) as fh, wave.open(fh, "rb") as w:
             pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
     finally:
         path.unlink(missing_ok=True)

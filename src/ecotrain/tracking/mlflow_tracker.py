@@ -21,11 +21,11 @@ training: metrics.jsonl stays complete.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
 from ecotrain.core.rundir import write_json
@@ -208,9 +208,10 @@ class MlflowTracker(Tracker):
 
 def _read(path: Path) -> Optional[dict]:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        obj = safefile.read_json(path, "MLflow state", 64 * safefile.MiB)
+    except (OSError, ValueError, ConfigError):
         return None
+    return obj if isinstance(obj, dict) else None
 
 
 def register_champion(run_dir, name: str, tracking_uri: Optional[str] = None, alias: str = "champion",
