@@ -12,9 +12,13 @@ What counts as a direct read: `x.read_text()` / `x.read_bytes()`, builtin `open(
 from __future__ import annotations
 
 import ast
+import json
+import os
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.deadline import deadline
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ecotrain"
 SAFEFILE = "base/safefile.py"
@@ -212,3 +216,108 @@ def test_a_new_direct_reader_fails_the_walk(tmp_path, monkeypatch):
     lines = text.splitlines()
     assert any("read_text" in lines[n - 1] and not _allowed("seeds/sweep.py", lines[n - 1].strip())
                for n, _ in found)
+
+
+# hostile files in the place of a converted reader's file: a FIFO (no writer: a plain open would wait
+# forever) is one line at once; JSON nested 100,000 deep is one line, not a RecursionError trace
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _fifo(path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+def test_run_folder_config_as_a_fifo_is_a_note_not_a_wait(tmp_path):
+    from ecotrain.report.rundata import read_run
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    _fifo(tmp_path / "config.yaml")
+    with deadline(10, "report's read of a FIFO config.yaml"):
+        run = read_run(tmp_path)
+    assert any("config.yaml: not readable" in n and "FIFO" in n for n in run.notes), run.notes
+
+
+def test_checkpoint_meta_json_as_a_fifo_or_nested_deep(tmp_path):
+    import torch
+
+    from ecotrain.base.errors import CheckpointError
+    from ecotrain.checkpoint import read_checkpoint, verify_checkpoint, write_checkpoint
+    from ecotrain.checkpoint.format import MANIFEST, _digest, safetensors_keys
+
+    folder = write_checkpoint(tmp_path / "c", {"model/w": torch.ones(2)},
+                              {"model": {"w": {"__tensor__": "model/w"}}, "position": {"step": 1}})
+    meta = folder / "meta.json"
+    meta.write_text(DEEP)  # checksums made to match: the JSON itself is what is read
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"]["meta.json"] = {"bytes": meta.stat().st_size, "xxh3_128": _digest(meta)}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(folder)
+    assert _one_line(err.value) == f"{folder}: meta.json is not valid JSON"
+
+    _fifo(meta)
+    with deadline(10, "verify of a FIFO meta.json"), pytest.raises(CheckpointError) as err:
+        verify_checkpoint(folder)
+    assert _one_line(err.value).startswith(f"{folder}: meta.json")
+    with deadline(10, "a FIFO .safetensors"), pytest.raises(CheckpointError) as err:
+        safetensors_keys(_fifo(tmp_path / "t.safetensors"), "t")
+    assert "FIFO" in _one_line(err.value)
+
+    (folder / MANIFEST).write_text(DEEP)
+    with pytest.raises(CheckpointError) as err:
+        verify_checkpoint(folder)
+    assert _one_line(err.value) == f"{folder}: {MANIFEST} is not valid JSON"
+
+
+def test_an_npz_as_a_fifo_bn_domain_and_curriculum(tmp_path):
+    from ecotrain.base.errors import DataError
+    from ecotrain.continual.incoming import load_npz
+    from ecotrain.methods.bn_domain import domain_column
+    from ecotrain.methods.curriculum import Curriculum
+
+    pipe = _fifo(tmp_path / "d.npz")
+    with deadline(10, "bn_domain's read of a FIFO .npz"), pytest.raises(DataError) as err:
+        domain_column(pipe, "train", 4)
+    assert "FIFO" in _one_line(err.value) and str(pipe) in str(err.value)
+    with deadline(10, "curriculum's read of a FIFO .npy"), pytest.raises(DataError) as err:
+        Curriculum._from_file(_fifo(tmp_path / "s.npy"), 4)
+    assert "FIFO" in _one_line(err.value)
+    with deadline(10, "continual's read of a FIFO .npz"), pytest.raises(DataError) as err:
+        load_npz(pipe, "give the new data")
+    _one_line(err.value)
+
+
+def test_group_file_label_map_and_run_summary_fifo_or_nested_deep(tmp_path):
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.continual.labels import load_label_map
+    from ecotrain.seeds.sweep import read_group
+
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    with pytest.raises(ConfigError) as err:
+        read_group(deep)
+    assert "not a readable group file" in _one_line(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_label_map(deep)
+    assert _one_line(err.value) == f"--label-map {deep}: not valid JSON"
+    with deadline(10, "the read of a FIFO group file"), pytest.raises(ConfigError) as err:
+        read_group(_fifo(tmp_path / "g.json"))
+    assert "FIFO" in _one_line(err.value)
+
+    from ecotrain.methods.batchnorm import read_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(DEEP)
+    with pytest.raises(ConfigError) as err:
+        read_report(run)
+    assert _one_line(err.value) == f"{run / 'summary.json'}: not readable JSON (RecursionError)"
