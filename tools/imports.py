@@ -180,6 +180,26 @@ def floor_violations(edges: dict[str, set], typed: set = frozenset()) -> list[tu
     return sorted(out)
 
 
+def folder_of(module: str) -> str:
+    """The folder a module sits in under src/ecotrain ("" for the package's own __init__ and __main__)."""
+    parts = module.removeprefix("ecotrain").lstrip(".").split(".")
+    return parts[0] if len(parts) > 1 else ""
+
+
+def folder_pairs(edges: dict[str, set], typed: set = frozenset()) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """{(folder a, folder b): the arrows both ways} for each two folders that import each other (module
+    level or inside functions; `typed` arrows, a type checker's alone, left out): the folders are the
+    floors only when no two of them lean on each other."""
+    one_way: dict[tuple[str, str], list] = {}
+    for m, ts in edges.items():
+        for t in ts:
+            a, b = folder_of(m), folder_of(t)
+            if a and b and a != b and (m, t) not in typed:
+                one_way.setdefault((a, b), []).append((m, t))
+    return {(a, b): sorted(one_way[(a, b)] + one_way[(b, a)]) for (a, b) in one_way
+            if a < b and (b, a) in one_way}
+
+
 def private_imports(src: Path = SRC) -> list[tuple[str, str]]:
     """(importer, `module._name`) for each `from ecotrain.module import _name` in another module: a
     name its module keeps to itself, reached from outside."""
@@ -223,9 +243,13 @@ def main() -> int:
     for m, f, folder in wrong:
         print(f"  misplaced: {m} is {NAMES[f] if f is not None else 'unplaced'} in a folder of the {NAMES[folder]} "
               f"floor (move it to its floor's folder)")
+    pairs = folder_pairs(edges, type_only())
+    for (a, b), arrows in sorted(pairs.items()):
+        print(f"  folders importing each other: {a}/ <-> {b}/: " + ", ".join(f"{m} -> {t}" for m, t in arrows[:4])
+              + (f" (+{len(arrows) - 4})" if len(arrows) > 4 else ""))
     new = [x for x in up + private if x not in KNOWN]
     print(f"RESULT circles={len(circ)} floor_violations={len(up)} private_imports={len(private)} "
-          f"core_to_wing={len(back)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
+          f"core_to_wing={len(back)} folder_pairs={len(pairs)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
           f"function_level_imports={own_lazy} largest_module_lines={sizes[biggest]}")
     return 1 if circ or back or new or unplaced or wrong else 0
 

@@ -167,7 +167,7 @@ def decide(fig: dict, rule: CanaryRule) -> tuple[str, str]:
 def settle(reg, name: str, current: str, decision: str, reason: str, fig: dict) -> str:
     """Under the registry's lock: the figures in the candidate's entry and the history; promote (only if
     `current` is still the version the canary served beside it), reject, or hold. Returns the line."""
-    from ecotrain.continual.registry import _now
+    from ecotrain.continual.registry import now
 
     with reg.locked():
         idx = reg.index()
@@ -176,7 +176,7 @@ def settle(reg, name: str, current: str, decision: str, reason: str, fig: dict) 
             raise ConfigError(f"{reg.where}: {name} left the registry while the canary ran; nothing was changed")
         entry["canary"] = {k: fig[k] for k in ("mode", "requests", "metric", "drop", "drop_interval", "latency_ms",
                                                 "latency_ratio", "latency_ratio_interval")} | {
-            "decision": decision, "against": current, "time": _now()}
+            "decision": decision, "against": current, "time": now()}
         if decision == "promote" and idx["current"] != current:
             decision, reason = "hold", (f"canary: held: it passed beside {current}, but `current` moved to "
                                         f"{idx['current']} meanwhile; run the canary again ({reason})")
@@ -185,7 +185,7 @@ def settle(reg, name: str, current: str, decision: str, reason: str, fig: dict) 
             reg.make_current(idx, name, reason)
         else:
             reg.set_status(idx, name, "rejected" if decision == "reject" else "candidate", reason)
-            idx["history"].append({"current": idx["current"], "time": _now(), "reason": reason[:300],
+            idx["history"].append({"current": idx["current"], "time": now(), "reason": reason[:300],
                                    "canary": name})
         reg.write_index(idx)
     return f"{name}: {reason}"
@@ -202,7 +202,7 @@ def run_canary(registry, name: str, requests: str, rule: CanaryRule, cohort: Opt
     import torch
 
     from ecotrain.continual.registry_mlflow import open_registry
-    from ecotrain.continual.serve import Deployment, _router_sample, read_requests
+    from ecotrain.continual.serve import Deployment, stored_router_sample, read_requests
     from ecotrain.continual.versions import load_version_model
     from ecotrain.export.inference import writable, write_out
 
@@ -231,7 +231,7 @@ def run_canary(registry, name: str, requests: str, rule: CanaryRule, cohort: Opt
         after = Deployment(name, load_version_model(reg, name), {}, {}, None)
     else:
         after = Deployment.load(reg, current, candidate=(vcohort, load_version_model(reg, name),
-                                                         _router_sample(reg, name)))
+                                                         stored_router_sample(reg, name)))
     x, y, given = read_requests(Path(requests), reg.read_meta(current), cohort)
     if y is None:
         raise DataError(f"{requests}: no 'y' array; the canary compares answers with the labels the requests got "

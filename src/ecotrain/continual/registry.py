@@ -161,7 +161,7 @@ class Registry:
 
     def set_status(self, idx: dict, name: str, status: str, reason: str) -> None:
         assert status in STATUSES
-        idx["versions"][name].update(status=status, reason=reason, updated=_now())
+        idx["versions"][name].update(status=status, reason=reason, updated=now())
 
     def make_current(self, idx: dict, name: str, reason: str) -> None:
         """Promote `name`: it becomes `current`, or, for a cohort's version, what serves that cohort."""
@@ -169,10 +169,10 @@ class Registry:
         cohort = idx["versions"][name].get("cohort")
         if cohort is None:
             idx["current"] = name
-            idx["history"].append({"current": name, "time": _now(), "reason": reason})
+            idx["history"].append({"current": name, "time": now(), "reason": reason})
         else:
             idx.setdefault("cohorts", {})[cohort] = name
-            idx["history"].append({"cohort": cohort, "current": name, "time": _now(), "reason": reason})
+            idx["history"].append({"cohort": cohort, "current": name, "time": now(), "reason": reason})
 
     # -- versions ----------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -205,7 +205,7 @@ class Registry:
             idx = self.index()
             name = self.next_name(idx)
             self.write_version(name, weights, meta, files)
-            idx["versions"][name] = {"parent": meta.get("parent"), "created": meta.get("created", _now()),
+            idx["versions"][name] = {"parent": meta.get("parent"), "created": meta.get("created", now()),
                                      "weights": meta.get("weights", "full")}
             if meta.get("cohort") is not None:  # a cohort's own version: promoted and rolled back on its own
                 idx["versions"][name]["cohort"] = str(meta["cohort"])
@@ -292,7 +292,7 @@ def rollback(reg: Registry, cohort: Optional[str] = None) -> str:
             del idx["cohorts"][cohort]
         else:
             idx["cohorts"][cohort] = target
-        idx["history"].append({**({"cohort": cohort} if cohort else {}), "current": target, "time": _now(),
+        idx["history"].append({**({"cohort": cohort} if cohort else {}), "current": target, "time": now(),
                                "reason": f"rollback from {cur}"})
         reg.write_index(idx)
     if cohort is None:
@@ -300,7 +300,7 @@ def rollback(reg: Registry, cohort: Optional[str] = None) -> str:
     return f"rolled back cohort {cohort}: served by {target or 'the base (current)'} (was {cur})"
 
 
-def _now() -> str:
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 

@@ -48,7 +48,7 @@ def router_sample(x: torch.Tensor, seed: int) -> torch.Tensor:
     return x[idx].float().contiguous()
 
 
-def write_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
+def writestored_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
     """folder/router.safetensors: `router_sample(x, seed)`, for a version's files."""
     from safetensors.torch import save_file
 
@@ -58,7 +58,7 @@ def write_router_sample(x: torch.Tensor, seed: int, folder: Path) -> Path:
     return path
 
 
-def _router_sample(reg, name: str) -> Optional[torch.Tensor]:
+def stored_router_sample(reg, name: str) -> Optional[torch.Tensor]:
     from safetensors.torch import load_file
 
     path = reg.path(name) / ROUTER_FILE
@@ -94,7 +94,7 @@ class Deployment:
         # versions made on another base are not served (the base reads their cohort) until re-made on it
         cohorts = {c: n for c, n in idx["cohorts"].items() if reg.read_meta(n).get("parent") == base}
         models = {c: load_version_model(reg, n) for c, n in cohorts.items()}
-        samples = {BASE: _router_sample(reg, base), **{c: _router_sample(reg, n) for c, n in cohorts.items()}}
+        samples = {BASE: stored_router_sample(reg, base), **{c: stored_router_sample(reg, n) for c, n in cohorts.items()}}
         if candidate is not None:
             c, models[c], samples[c] = candidate
             cohorts[c] = "(candidate)"

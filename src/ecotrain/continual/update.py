@@ -37,7 +37,7 @@ from ecotrain.continual.labels import contradicted, contradictions, load_label_m
 from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
-from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, write_router_sample
+from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, writestored_router_sample
 from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, check_trained, lineage, settler,  # noqa: F401
                                          load_version_model)
 from ecotrain.base.errors import ConfigError, DataError
@@ -255,7 +255,7 @@ def _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, hol
     if (run_dir / EXPORT).is_file():
         files[EXPORT] = run_dir / EXPORT
     if x_train is not None:  # the router's examples of what this version serves
-        files[ROUTER_FILE] = write_router_sample(x_train, cfg.seed, run_dir / "router")
+        files[ROUTER_FILE] = writestored_router_sample(x_train, cfg.seed, run_dir / "router")
     if weights_kind == "adapter":
         files.update({f"adapter/{p.name}": p for p in sorted(adapter.iterdir()) if p.is_file()})
     weights = None if weights_kind == "adapter" else load_state_dict_file(run_dir / MODEL)
@@ -321,7 +321,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))  # the router's examples of the base
     tx, _ = bundle.train.take(torch.randperm(len(bundle.train), generator=g)[:4096].sort().values)
     work = reg.root / "work" / f"register-{os.getpid()}"
-    files[ROUTER_FILE] = write_router_sample(tx.float(), cfg.get("seed", 0), work)
+    files[ROUTER_FILE] = writestored_router_sample(tx.float(), cfg.get("seed", 0), work)
     if any(m.get("name") == "adapters" for m in cfg.get("methods", [])):  # stored plain: adapters folded in
         model = merge(model) if is_adapted(model) else model
     weights = cpu_copy(model.state_dict())
