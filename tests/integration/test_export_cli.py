@@ -97,6 +97,8 @@ def test_export_checks_parity_writes_the_card_and_predicts_without_the_class(tmp
     record = json.loads((run / "export.json").read_text())["files"]["model.pt2"]
     summary = json.loads((run / "summary.json").read_text())
     assert record["max_abs_diff"] <= 1e-5 and record["samples"] == 359
+    fresh = record["fresh_process"]  # read back by a new python that cannot import transformers
+    assert fresh["blocked"] == ["transformers"] and fresh["max_abs_diff"] <= 1e-5 and fresh["nonfinite"] == 0
     assert record["program"]["test_accuracy"] == record["eager"]["test_accuracy"] == summary["test_accuracy"]
     assert record["inputs"][0]["shape"] == [{"min": 0, "max": None}, 64]
     card = (run / "README.md").read_text()

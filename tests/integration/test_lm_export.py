@@ -59,6 +59,7 @@ def test_nanogpt_exports_with_a_dynamic_sequence_length_and_parity_at_other_leng
     rec = json.loads((nano / "export.json").read_text())["files"]["model.pt2"]
     assert rec["inputs"][0]["shape"][1] == {"min": 1, "max": CONTEXT}
     assert set(rec["lengths"]) == {"1", "8", str(CONTEXT)} and rec["max_abs_diff"] <= 1e-5
+    assert rec["fresh_process"]["max_abs_diff"] <= 1e-5  # the file, run by a python without transformers
     assert rec["program"]["test_perplexity"] == pytest.approx(rec["eager"]["test_perplexity"], rel=1e-6)
     ep, extra = load_pt2(nano / "model.pt2")  # the tied head and embedding, through the safe reader
     assert json.loads(extra["tokenizer.json"])["ecotrain_tokenizer"] == "bytes"

@@ -27,9 +27,9 @@ from ecotrain.base.errors import ConfigError
 from ecotrain.export import onnxfile
 from ecotrain.export.card import ours, write_card
 from ecotrain.export.lm import CHECK_BATCH, Windows, parity_sources, run_tokenizer
-from ecotrain.export.parity import check, enforce, fold
+from ecotrain.export.parity import check, enforce, fold, fresh_process, with_fresh
 from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inputs, input_spec, load_pt2,
-                                     pt2_bytes, trace)
+                                     pt2_bytes, tensors_only, trace)
 from ecotrain.export.shipped import locate
 from ecotrain.export.inference import load_trained
 from ecotrain.core.jsonfile import read_json
@@ -90,7 +90,8 @@ def cmd_export(args, ctx) -> int:
         _, text = run_tokenizer(trained.out_dir, trained.config.data.name)
         extra = {TOKENIZER_FILE: text} if text else {}
     inputs, kwargs = example_inputs(task, source)
-    ep = trace(trained.model, inputs, kwargs, task.name in SEQUENCE_TASKS, max_len)
+    model = tensors_only(trained.model, inputs, kwargs)  # a ModelOutput reduced to its logits
+    ep = trace(model, inputs, kwargs, task.name in SEQUENCE_TASKS, max_len)
     meta = {"ecotrain": __version__, "run": str(run), "task": task.name, "num_classes": bundle.num_classes,
             "inputs": input_spec(ep), "columns": trained.columns, "target": trained.config.data.target,
             "columns_chosen": bool(trained.config.data.features),  # other columns of a CSV are ignored
@@ -103,10 +104,12 @@ def cmd_export(args, ctx) -> int:
         data = onnxfile.onnx_bytes(ep, inputs, kwargs, meta, extra)
         if onnxfile.has_runtime():
             runners["onnxruntime"] = onnxfile.Session(data)
-    figures = check(trained.model, runners, task, source, trained.config.data.batch_size * 4)
+    figures = check(model, runners, task, source, trained.config.data.batch_size * 4)
     if lm and isinstance(source, Windows):  # other lengths and batch sizes than the traced example's
         for length, other in parity_sources(source, max_len, bundle.num_classes):
-            figures = fold(figures, check(trained.model, runners, task, other, CHECK_BATCH), length)
+            figures = fold(figures, check(model, runners, task, other, CHECK_BATCH), length)
+    if fmt == "pt2":  # the file read back where nothing of the training is loaded (an .onnx: onnxruntime above)
+        figures = with_fresh(figures, fresh_process(model, data, inputs, kwargs, "the pt2 export"))
     record = {"format": fmt, "file": out.name, "run": str(run), "weights": trained.weights, "split": split,
               "samples": _length(source), "tolerance": tolerance, "inputs": meta["inputs"], "bn_statistics": bn,
               "torch": torch.__version__, **figures}

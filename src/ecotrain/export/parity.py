@@ -9,10 +9,21 @@ outputs near zero are held to an absolute 1e-4); above it, the export is refused
 NaN and Inf: an output the exported program makes non-finite where the eager model's is finite (or
 finite where eager's is not, or another NaN/Inf than eager's) is counted (`nonfinite`) and refuses the
 export whatever the tolerance; a Python `max()` meeting a NaN would keep the old value and pass it.
+
+A fresh process (`fresh_process`): a .pt2 is proven by reading it back where nothing of the training
+is loaded: a new `python` (sys.executable) that imports torch and ecotrain's safe reader, with
+`transformers` made unimportable, loads the file's bytes and runs the example inputs; its outputs are
+held to the same tolerance. A program that needs the model's library (an output class it returns)
+fails there, not on the user's machine.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -23,6 +34,24 @@ from ecotrain.core.batch import leaves
 from ecotrain.base.errors import EcotrainError
 
 DEFAULT_TOLERANCE = 1e-4
+FRESH_TIMEOUT = 600  # seconds for the fresh process to import torch, load the program and run one batch
+BLOCKED = ("transformers",)  # libraries a model may be built with, which the exported program must not need
+
+# the fresh process: argv = program.pt2 inputs.pt outputs.pt; its last stderr line is the reason it failed
+FRESH_CODE = """
+import sys
+for name in sys.argv[4].split(","):
+    sys.modules[name] = None  # importing it fails: the program must run without it
+import torch
+from torch.utils._pytree import tree_leaves
+from ecotrain.core.safeload import load_pt2
+with open(sys.argv[1], "rb") as f:
+    program, _ = load_pt2(f.read(), sys.argv[1])
+args, kwargs = torch.load(sys.argv[2], weights_only=True)
+with torch.no_grad():
+    out = program.module()(*args, **kwargs)
+torch.save([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)], sys.argv[3])
+"""
 
 
 class Compared(nn.Module):
@@ -109,4 +138,53 @@ def fold(record: dict, more: dict, length: int) -> dict:
     record["max_abs_diff"] = max(record[n]["max_abs_diff"] for n in runners)
     record["relative_diff"] = max(record[n]["relative_diff"] for n in runners)
     record["nonfinite"] = sum(record[n]["nonfinite"] for n in runners)
+    return record
+
+
+def fresh_process(model: Callable, data: bytes, args: tuple, kwargs: dict, what: str) -> dict:
+    """{max_abs_diff, relative_diff, nonfinite} of the .pt2 `data` loaded and run on (`args`, `kwargs`) in a
+    fresh Python process that cannot import `transformers` (FRESH_CODE), against `model` here; one line
+    (EcotrainError) when that process cannot load or run it."""
+    if isinstance(model, nn.Module):
+        model.eval()
+    with torch.no_grad():
+        ref = leaves(model(*args, **kwargs))
+    src = str(Path(__file__).resolve().parents[2])  # the folder holding the ecotrain package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    with tempfile.TemporaryDirectory(prefix="ecotrain-export-") as tmp:
+        program, inputs, outputs = (os.path.join(tmp, n) for n in ("program.pt2", "inputs.pt", "outputs.pt"))
+        with open(program, "wb") as f:
+            f.write(data)
+        torch.save((tuple(a.detach().cpu() for a in args), {k: v.detach().cpu() for k, v in kwargs.items()}), inputs)
+        try:
+            r = subprocess.run([sys.executable, "-c", FRESH_CODE, program, inputs, outputs, ",".join(BLOCKED)],
+                               capture_output=True, text=True, timeout=FRESH_TIMEOUT, cwd=tmp, env=env)
+        except subprocess.TimeoutExpired:
+            raise EcotrainError(f"export: parity check failed: {what} did not load and run in a fresh Python "
+                                f"process within {FRESH_TIMEOUT} s; nothing was written") from None
+        if r.returncode != 0 or not os.path.exists(outputs):
+            last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), f"exit {r.returncode}")
+            raise EcotrainError(f"export: parity check failed: {what} does not load and run in a fresh Python process "
+                                f"without {', '.join(BLOCKED)} ({last[:240]}); nothing was written (return tensors "
+                                "from forward, not a library's output object)")
+        got = torch.load(outputs, weights_only=True)
+    if len(got) != len(ref) or any(x.shape != y.shape for x, y in zip(ref, got)):
+        raise EcotrainError(f"export: parity check failed: {what}, loaded in a fresh process, returns "
+                            f"{[tuple(y.shape) for y in got]}, the eager model {[tuple(x.shape) for x in ref]}")
+    diff = eager = 0.0
+    nonfinite = 0
+    for x, y in zip(ref, got):
+        if x.numel():
+            d, e, n = compare_outputs(x, y)
+            diff, eager, nonfinite = max(diff, d), max(eager, e), nonfinite + n
+    return {"max_abs_diff": diff, "relative_diff": diff / max(1.0, eager), "nonfinite": nonfinite,
+            "blocked": list(BLOCKED)}
+
+
+def with_fresh(record: dict, fresh: dict) -> dict:
+    """`record` with the fresh process's figures in, as `fresh_process`, and in its maxima."""
+    record["fresh_process"] = fresh
+    record["max_abs_diff"] = max(record["max_abs_diff"], fresh["max_abs_diff"])
+    record["relative_diff"] = max(record["relative_diff"], fresh["relative_diff"])
+    record["nonfinite"] += fresh["nonfinite"]
     return record

@@ -7,6 +7,10 @@ and sequence tasks the second one too: a language model's from 1 token to its co
 by the exported program; a sequence task's `Dim.AUTO` (torch.export reads its range off the model). What the file needs to be used without ecotrain's config travels inside it as
 `ecotrain.json` (the task, the classes, the input spec, a CSV run's column names).
 
+A model whose forward returns a library's output class (a `transformers` ModelOutput such as
+CausalLMOutputWithPast, with its cache) is traced through `tensors_only`: its logits (else its tensors,
+as a tuple), so the program's outputs are plain tensors and loading it needs torch alone.
+
 A model that cannot be traced (a Python branch on a tensor's value, a size the model fixes) is one
 line naming the line of code and what torch.export asks for instead; nothing is written.
 """
@@ -21,6 +25,7 @@ import logging
 import re
 import traceback
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -57,6 +62,63 @@ def example_inputs(task, source) -> tuple[tuple, dict]:
                           "not tensors by position or by name (nested inputs, or a model that computes its own "
                           "loss); export the model from Python with torch.export.export")
     return tuple(args), dict(kwargs)
+
+
+def _plain(out) -> bool:
+    """Whether an output is made of what torch.export's output spec holds without another library: tensors
+    (and numbers, None) in tuples, lists and dicts of exactly those types."""
+    if out is None or isinstance(out, (torch.Tensor, bool, int, float)):
+        return True
+    if type(out) in (tuple, list):
+        return all(_plain(v) for v in out)
+    if type(out) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in out.items())
+    return False
+
+
+def _reduced(out, logits: bool):
+    """The output of a model `tensors_only` wraps: `out.logits`, else its tensors as a tuple."""
+    if logits:
+        return out["logits"] if isinstance(out, Mapping) else out.logits
+    values = out.values() if isinstance(out, Mapping) else out
+    return tuple(v for v in values if isinstance(v, torch.Tensor))
+
+
+class TensorOutputs(nn.Module):
+    """`model` returning tensors in place of its output object (see `tensors_only`). Its forward takes
+    the model's own parameters (signature and all), so the input spec by name still applies."""
+
+    def __init__(self, model: nn.Module, logits: bool):
+        super().__init__()
+        self.model, self.logits = model, logits
+
+        def forward(*args, **kwargs):
+            return _reduced(self.model(*args, **kwargs), self.logits)
+
+        forward.__signature__ = inspect.signature(model.forward)  # type: ignore[attr-defined]
+        self.forward = forward
+
+
+def tensors_only(model: nn.Module, args: tuple, kwargs: dict) -> nn.Module:
+    """`model` itself when its outputs on the example inputs are plain tensors; a `TensorOutputs` around it
+    when they are an output object (a `transformers` ModelOutput: its `logits`, else the tensors it
+    holds, in order; a cache and other objects are left out). A program that returned the object would
+    need its library to load, and a cache object cannot be traced at all. Anything else is one line."""
+    model.eval()
+    with torch.no_grad():
+        out = model(*args, **(kwargs or {}))
+    if _plain(out):
+        return model
+    if isinstance(out, Mapping) or hasattr(out, "logits"):
+        has_logits = isinstance(out.get("logits") if isinstance(out, Mapping) else getattr(out, "logits", None),
+                                torch.Tensor)
+        if has_logits or _reduced(out, False):
+            return TensorOutputs(model, has_logits)
+    if isinstance(out, tuple) and all(isinstance(v, torch.Tensor) for v in out):  # a named tuple of tensors
+        return TensorOutputs(model, False)
+    raise ConfigError(f"export: {type(model).__name__}.forward returns {type(out).__name__}, which holds no logits "
+                      "and is not tensors; return a tensor (or a tuple of tensors) from forward, or export the model "
+                      "from Python with torch.export.export; nothing was written")
 
 
 def context_length(model: nn.Module) -> int | None:
