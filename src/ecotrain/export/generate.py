@@ -33,6 +33,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.data.builtin import describe
 from ecotrain.base.errors import ConfigError, DataError, EcotrainError
 from ecotrain.export.lm import carried_tokenizer, run_tokenizer
@@ -101,6 +102,9 @@ def decoding_from(args) -> Decoding:
     return Decoding(n, True, float(t), args.top_k, seed)
 
 
+PROMPTS_MAX_BYTES = 64 * safefile.MiB  # --prompts FILE: text to continue, not a corpus
+
+
 def read_prompts(given: Optional[list], file: Optional[str]) -> list[tuple[str, str]]:
     """--prompt texts, then the lines of --prompts FILE; each UTF-8 and not empty."""
     prompts = []
@@ -113,7 +117,8 @@ def read_prompts(given: Optional[list], file: Optional[str]) -> list[tuple[str, 
         prompts.append((f"--prompt {i}", p))
     if file is not None:
         path = user_path(file, "--prompts", "give a UTF-8 text file, one prompt per line", error=DataError)
-        raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is no prompt text
+        raw = safefile.read_bytes(path, "prompts file", PROMPTS_MAX_BYTES, fix="give a UTF-8 text file, one prompt "
+                                  "per line", error=DataError).removeprefix(b"\xef\xbb\xbf")  # a BOM is no prompt text
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ecotrain.base import safefile
 from ecotrain.core import contract, loop
 from ecotrain.accounting.report import read_summary
 from ecotrain.checkpoint import list_checkpoints, read_checkpoint
@@ -174,8 +175,8 @@ def _labelled(cfg: Config) -> bool:
     path = Path(cfg.data.path or "")
     try:
         if cfg.data.name == "npz":
-            with np.load(path, allow_pickle=False) as z:
-                return "y" in z.files
+            with safefile.open_regular(path, "data file") as f, np.load(f, allow_pickle=False) as z:
+                return "y" in z.files  # through safefile: a FIFO there must not hang predict
         if cfg.data.name == "csv":
             header, _ = read_csv(path, header_only=True)
             return cfg.data.target in header

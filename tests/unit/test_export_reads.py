@@ -1,0 +1,48 @@
+"""Files export/ reads for `predict` go through base/safefile: a --prompts FILE or a --data .npz that is a
+FIFO (no writer: a plain open blocks forever, past SIGTERM) or too big is one line, at once."""
+
+from __future__ import annotations
+
+import os
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ecotrain.base.errors import DataError
+from ecotrain.export import generate
+from ecotrain.export.generate import read_prompts
+from ecotrain.export.inference import _labelled
+from tests.helpers.deadline import deadline
+
+
+def test_a_prompts_fifo_is_one_line_without_waiting(tmp_path):
+    fifo = tmp_path / "prompts.txt"
+    os.mkfifo(fifo)
+    with deadline(20, "--prompts FIFO"), pytest.raises(DataError) as err:
+        read_prompts(None, str(fifo))
+    assert "\n" not in str(err.value)
+    assert str(err.value).endswith("is a FIFO (named pipe), not a regular file; give a UTF-8 text file, one prompt "
+                                   "per line")
+
+
+def test_a_prompts_file_above_the_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "prompts.txt"
+    path.write_text("def main(\nclass A:\n")
+    assert [p for _, p in read_prompts(None, str(path))] == ["def main(", "class A:"]
+    monkeypatch.setattr(generate, "PROMPTS_MAX_BYTES", 8)
+    with pytest.raises(DataError, match=r"prompts\.txt: the prompts file is 19 bytes, more than the 8 bytes one may be"):
+        read_prompts(None, str(path))
+
+
+def test_whether_an_npz_holds_labels_never_waits_on_a_fifo(tmp_path):
+    good = tmp_path / "d.npz"
+    np.savez(good, x=np.zeros((2, 3)))
+    assert _labelled(SimpleNamespace(data=SimpleNamespace(name="npz", path=str(good)))) is False
+    fifo = tmp_path / "f.npz"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with deadline(6, "--data FIFO"):  # the old np.load(path) blocked until this alarm, then said "labelled"
+        assert _labelled(SimpleNamespace(data=SimpleNamespace(name="npz", path=str(fifo)))) is True
+    assert time.monotonic() - start < 5  # the loader says why in one line, later
