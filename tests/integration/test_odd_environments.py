@@ -181,3 +181,23 @@ def test_no_home_folder_but_a_cache_folder_saves_the_plan_and_reuses_it(tmp_path
     assert [e["meter_startup"]["hardware"] for e in runs] == ["probed", "cached"]
     assert all(e["kwh"] and e["kwh"] > 0 and e["missing_reason"] is None for e in runs), runs
     assert len(list((tmp_path / "cache" / "meter").glob("hardware-*.json"))) == 1
+
+
+def test_an_ascii_locale_with_a_non_ascii_run_folder_fits_exports_and_cards(tmp_path):
+    """LC_ALL=C with UTF-8 mode off: stdout and stderr are ASCII; a folder named "rün ✓" is said as
+    \\xfc / \\u2713, never a UnicodeEncodeError (the error line too)."""
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    run = tmp_path / "rün ✓"
+    p = subprocess.run([sys.executable, "-m", "ecotrain", "fit", str(ROOT / "recipes" / "mnist1d_cnn.yaml"),
+                        "data.num_samples=300", "loop.max_steps=2", "loop.eval_every=2", "ledger.enabled=false",
+                        "--run-dir", os.fsencode(run)], capture_output=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert b"run folder: " in p.stdout and b"r\\xfcn \\u2713" in p.stdout
+    for cmd in (["export", os.fsencode(run)], ["card", os.fsencode(run)]):
+        p = subprocess.run([sys.executable, "-m", "ecotrain", *cmd], capture_output=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        assert b"Traceback" not in p.stderr
+    assert (run / "model.pt2").is_file() and (run / "README.md").is_file()
+    p = subprocess.run([sys.executable, "-m", "ecotrain", "card", os.fsencode(tmp_path / "nö run")],
+                       capture_output=True, timeout=120, env=env)
+    assert p.returncode == 2 and b"Traceback" not in p.stderr and b"n\\xf6 run" in p.stderr

@@ -29,7 +29,12 @@ def _as_shown(exc: UnicodeError):
     """The codec error handler behind `tolerant_streams`: what `shown` writes for the failing part."""
     if not isinstance(exc, UnicodeEncodeError):
         raise exc
-    return shown(exc.object[exc.start:exc.end]), exc.end
+    part = shown(exc.object[exc.start:exc.end])
+    try:  # an ASCII stream (LC_ALL=C, PYTHONUTF8=0) cannot take shown's UTF-8 either: \xNN / \uNNNN then
+        part.encode(exc.encoding)
+    except (UnicodeEncodeError, LookupError):
+        part = part.encode("ascii", "backslashreplace").decode("ascii")
+    return part, exc.end
 
 
 codecs.register_error("ecotrain-shown", _as_shown)
