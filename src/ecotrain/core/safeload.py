@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ecotrain.base import safefile
 from ecotrain.base.errors import CheckpointError
 
 EXTRA_DIR = "extra/"
@@ -72,7 +73,11 @@ def torch_load(source, what: str) -> Any:
 
 def load_pt2(source: bytes | str | Path, what: str | None = None):
     """(ExportedProgram, {extra file name: text}) of a .pt2 archive, checked first (`check_pt2`)."""
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    if isinstance(source, bytes):
+        data = source
+    else:  # a FIFO or device in its place: one line, never a wait (a model's size: no cap but the file's own)
+        with safefile.open_regular(source, ".pt2 archive", error=CheckpointError, fix="give the .pt2 file") as f:
+            data = f.read()
     what = what or (str(source) if not isinstance(source, bytes) else "the .pt2 archive")
     # torch fills the dict it is given, but replaces an empty one: name every extra file up front
     extra = {name: "" for name in check_pt2(data, what)}
