@@ -307,3 +307,23 @@ def test_group_file_label_map_and_run_summary_fifo_or_nested_deep(tmp_path):
     with pytest.raises(ConfigError) as err:
         read_report(run)
     assert _one_line(err.value) == f"{run / 'summary.json'}: not readable JSON (RecursionError)"
+
+
+def test_regular_hands_back_a_regular_file_and_refuses_the_rest_in_open_regulars_words(tmp_path):
+    from ecotrain.base import safefile
+    from ecotrain.base.errors import ConfigError, DataError
+
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(b"x")
+    assert safefile.regular(f, "weights file") == f
+    pipe = _fifo(tmp_path / "p")
+    for bad, kind in ((pipe, "a FIFO (named pipe), not a regular file"), (tmp_path, "a folder, not a file"),
+                      (Path("/dev/null"), "a device, not a regular file")):
+        with deadline(10, "regular() of a FIFO"), pytest.raises(DataError) as err:
+            safefile.regular(bad, "weights file", error=DataError, fix="give the file")
+        assert _one_line(err.value) == f"{bad}: the weights file is {kind}; give the file"
+        with pytest.raises(ConfigError) as opened:
+            safefile.open_regular(bad, "weights file", fix="give the file")
+        assert str(opened.value) == str(err.value)
+    with pytest.raises(FileNotFoundError):  # missing: the caller's own words
+        safefile.regular(tmp_path / "gone", "weights file")
