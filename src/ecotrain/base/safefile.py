@@ -88,7 +88,15 @@ def read_bytes(path: PathLike, what: str, limit: int, *, follow_links: bool = Tr
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise error(_line(path, f"the {what} is {size:,} bytes, more than the {_shown(limit)} one may be", fix))
-        data = f.read(limit + 1)  # +1: a file that grew since the fstat is still caught
+        # the size it has, +1: read(limit + 1) would allocate the whole cap up front (a 64 GiB cap: a
+        # MemoryError for a small file); a file that grew since the fstat (or says 0, as /proc does) is read
+        # on in MiB chunks, and one past `limit` is still caught
+        data = f.read(size + 1)
+        while len(data) > size and len(data) <= limit:
+            chunk = f.read(min(MiB, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
     if len(data) > limit:
         raise error(_line(path, f"the {what} is more than the {_shown(limit)} one may be", fix))
     return data

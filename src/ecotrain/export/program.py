@@ -32,12 +32,14 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
+from ecotrain.base import safefile
 from ecotrain.core import safeload
 from ecotrain.core.batch import leaves, tree_map
 from ecotrain.data.sources import iter_batches
-from ecotrain.base.errors import ConfigError
+from ecotrain.base.errors import CheckpointError, ConfigError
 
 SEQUENCE_TASKS = ("language_model", "sequence")  # inputs [batch, T]: T is dynamic too
+PT2_MAX_BYTES = 64 << 30  # a .pt2 is read whole into memory (its weights too): past this, not one ecotrain wrote
 META_FILE = "ecotrain.json"  # the extra file inside a .pt2 (and the metadata key of an .onnx)
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
@@ -245,7 +247,13 @@ def pt2_bytes(ep: ExportedProgram, meta: dict, extra: dict[str, str] | None = No
 def load_pt2(source: bytes | str | Path, extra: dict | None = None) -> tuple[ExportedProgram, dict]:
     """(program, ecotrain.json) of a .pt2 archive, through the safe reader (safeload.py: nothing in the
     file is unpickled or evaluated). `extra`, when given, is filled with the archive's other extra files."""
-    ep, files = safeload.load_pt2(source)
+    if not isinstance(source, bytes):  # through safefile: a FIFO or device there is one line, not a wait
+        what = str(source)
+        source = safefile.read_bytes(source, ".pt2 archive", PT2_MAX_BYTES, error=CheckpointError,
+                                     fix="give the .pt2 file that `ecotrain export` wrote")
+        ep, files = safeload.load_pt2(source, what)
+    else:
+        ep, files = safeload.load_pt2(source)
     try:
         meta = json.loads(files.get(META_FILE) or "{}")
     except ValueError:
