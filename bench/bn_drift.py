@@ -80,7 +80,7 @@ from ecotrain.data import load_data  # noqa: E402
 from ecotrain.export.inference import evaluate, load_trained  # noqa: E402
 from ecotrain.methods import Method  # noqa: E402
 from ecotrain.methods.batchnorm import bn_layers  # noqa: E402
-from ecotrain.core.stats import mean_ci  # noqa: E402
+from ecotrain.base.stats import mean_ci  # noqa: E402
 from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
 POLICIES = {

@@ -179,7 +179,7 @@ def main() -> None:
 
     logging.getLogger("ecotrain").setLevel(logging.WARNING)  # one line per --init-from otherwise
     from ecotrain.continual.scenario import write_tasks
-    from ecotrain.core.stats import mean_ci
+    from ecotrain.base.stats import mean_ci
     from ecotrain.seeds.sweep import parse_seeds
 
     design_seeds, fresh_seeds = parse_seeds(args.design_seeds), parse_seeds(args.fresh_seeds)

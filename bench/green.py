@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from ecotrain.core.stats import mean_ci, verdict as verdict_of  # noqa: E402
+from ecotrain.base.stats import mean_ci, verdict as verdict_of  # noqa: E402
 from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

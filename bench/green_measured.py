@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ecotrain.accounting.compare import judge  # noqa: E402
 from ecotrain.accounting.report import figure, lower_is_better  # noqa: E402
-from ecotrain.core.stats import diff_ci, sequential_interval  # noqa: E402
+from ecotrain.base.stats import diff_ci, sequential_interval  # noqa: E402
 from ecotrain.seeds.sweep import parse_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,7 @@ from tests.hostile.cases import TINY  # noqa: E402
 
 from ecotrain.base.errors import EcotrainError  # noqa: E402
 from ecotrain.export import parity  # noqa: E402
-from ecotrain.core.tensorfile import read_tensors  # noqa: E402
+from ecotrain.base.tensorfile import read_tensors  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 

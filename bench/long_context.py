@@ -46,9 +46,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ecotrain.memory.chunked_loss import apply_chunked_loss, chunked_cross_entropy, is_head_input  # noqa: E402
-from ecotrain.memory.levers import apply_activation_checkpointing, release_freed_memory  # noqa: E402
-from ecotrain.memory.optim_offload import OptimizerOffload  # noqa: E402
+from ecotrain.core.chunked_loss import apply_chunked_loss, chunked_cross_entropy, is_head_input  # noqa: E402
+from ecotrain.core.levers import apply_activation_checkpointing, release_freed_memory  # noqa: E402
+from ecotrain.core.optim_offload import OptimizerOffload  # noqa: E402
 from ecotrain.models.charlm import CharLM  # noqa: E402
 
 

@@ -10,7 +10,7 @@ Rounds alternate the configs; ratios are against the full run of the same round 
 median over rounds.
 
 The three configs run with `memory.release_freed` (freed tensors >= 1 MiB go back to the OS;
-memory/levers.py) on every side, and (`--default-rounds`) with glibc's default allocator. glibc
+core/levers.py) on every side, and (`--default-rounds`) with glibc's default allocator. glibc
 by default keeps freed blocks under 32 MiB in its heap, and checkpointing's interleaved
 recompute/backward leaves ~0.5 GB of such retained heap at T=2048, which RSS counts. The RESULT
 line is the release_freed comparison (the same allocator on every side); the line before it gives

@@ -47,7 +47,7 @@ import yaml
 
 from ecotrain import Callback, Config, fit
 from ecotrain.data import load_data
-from ecotrain.memory.levers import configure_memory
+from ecotrain.core.levers import configure_memory
 from ecotrain.memory.measure import estimates, first_candidate, measure, run_search
 from ecotrain.memory.planner import Candidate, applied, checkpoint_levels, fmt_bytes, format_search
 from ecotrain.models import build_model

@@ -33,11 +33,11 @@ import torch
 
 from ecotrain.config import load_config
 from ecotrain.base.log import setup_cli_logging
-from ecotrain.speech.cli_speech import data_folder
-from ecotrain.speech.feedback import FeedbackSettings
-from ecotrain.speech.rounds import (NO_COHORT, REPLAYS, final_figures, rejections_correct, run, summary_figures,
+from ecotrain.cli.speech import data_folder
+from ecotrain.assembly.speech_feedback import FeedbackSettings
+from ecotrain.assembly.speech_rounds import (NO_COHORT, REPLAYS, final_figures, rejections_correct, run, summary_figures,
                                     table)
-from ecotrain.core.stats import mean_ci
+from ecotrain.base.stats import mean_ci
 from ecotrain.seeds.sweep import parse_seeds
 
 # --quick: one seed, one round, a small model, the dataset and runs in a temporary folder

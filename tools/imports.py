@@ -16,25 +16,16 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ecotrain"
 
-# The floors of docs/architecture.md, bottom up. A module belongs to the floor of its longest prefix
-# (`memory.levers` is core, the rest of `memory` a wing; `cli.fit` a program through `cli`). A module may
-# import its own floor and the floors below it, never one above. The folders base/, core/ and assembly/
-# show their floor: each holds its floor's modules alone (FOLDERS; `misplaced`).
+# The floors of docs/architecture.md, bottom up: each folder of src/ecotrain is on one floor, every module
+# in it with it (no prefix of a folder's modules sits on another). A module may import its own floor and
+# the floors below it, never one above; and no two folders import each other (`folder_pairs`).
 FLOORS = {
-    0: ("base",),  # base/: errors, log, version, units, filelock, fsnames, startup, runfiles
-    1: ("core", "checkpoint", "data", "callbacks", "config", "models",  # core/ and the core's packages
-        "memory.levers", "memory.selective", "memory.offload", "memory.chunked_loss", "memory.optim_offload"),
+    0: ("base",),  # base/: errors, logging, files (the one reader, the atomic writer), names, paths, statistics
+    1: ("core", "checkpoint", "data", "callbacks", "config", "models"),  # the engine and its packages
     2: ("methods",),  # the Method protocol's plug-ins
-    3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "seeds",  # wings
-        "export"),
-    4: ("assembly",  # assembly/: entry, trainer, assemble, finish, wings, lrfind: a command's work as a function
-        "continual.update", "continual.lm",  # `ecotrain update` (a classifier's, a language model's): train, gate, register
-        "green.search", "green.confirm",  # `ecotrain green`: the study's trials, the fresh-seed confirmation groups
-        "speech.feedback", "speech.rounds"),  # `ecotrain speech-feedback`: the base, the rounds and their strategies
-    5: ("cli", "__main__", "memory.worker",  # cli: the parser, the registry, the handlers, fit's and others' parsers
-        "accounting.commands", "continual.commands", "export.commands", "green.commands",  # parsers
-        "memory.commands", "report.commands", "speech.commands",
-        "continual.cli_continual", "green.cli_green", "speech.cli_speech", "export.cli_export"),  # programs
+    3: ("accounting", "green", "memory", "continual", "speech", "report", "tracking", "seeds", "export"),  # wings
+    4: ("assembly",),  # assembly/: each command's work as a function (fit, update, green, speech-feedback, ...)
+    5: ("cli", "__main__"),  # cli/: the parser, the command registry, each command's parser and handler
 }
 FOLDERS = {"base": 0, "core": 1, "assembly": 4}  # a folder that shows a floor holds no other floor's module
 NAMES = {0: "base", 1: "core", 2: "methods", 3: "wings", 4: "assembly", 5: "programs"}
@@ -59,7 +50,7 @@ def floor(module: str):
 
 
 def _in(module: str, group) -> bool:
-    """The longest prefix decides: `memory.levers` is core, the rest of `memory` a wing."""
+    """The module's folder decides (its longest prefix in FLOORS)."""
     rel = module.removeprefix("ecotrain.")
     best = max((g for gs in FLOORS.values() for g in gs if _prefix(rel, g)), key=len, default=None)
     return best is not None and best in group

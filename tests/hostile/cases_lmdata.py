@@ -227,7 +227,7 @@ CASES += [
             "data.kwargs.vocab_size=50"),
 ]
 
-# `ecotrain update` of a language model (continual/lm.py): new data of another tokenizer, before anything trains
+# `ecotrain update` of a language model (assembly/update_lm.py): new data of another tokenizer, before anything trains
 _LM: dict = {}
 PROSE = "the cat sat on a mat while dogs ran over green hills and birds sang in tall trees".split()
 CODE = "def return self if else for in while import class lambda yield none true false".split()
@@ -245,7 +245,7 @@ def lm_registry(*corpora: str):
         from pathlib import Path
 
         from ecotrain import Config, fit
-        from ecotrain.continual.update import register_run
+        from ecotrain.assembly.update import register_run
         from ecotrain.data.corpus import tokenize_corpus
 
         if not _LM:

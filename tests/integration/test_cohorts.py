@@ -128,7 +128,7 @@ def test_update_average_alpha_chosen_on_the_gate(world, capsys):
     """--average: the candidate averaged with the base, alphas tried from the largest down, the first
     the gate takes registered; what is stored is the model the gate measured."""
     from ecotrain.continual.gate import slice_metrics
-    from ecotrain.continual.update import load_version_model
+    from ecotrain.assembly.update import load_version_model
 
     root, _ = world
     reg_dir = root / "registry-avg"

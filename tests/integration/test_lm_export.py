@@ -15,7 +15,7 @@ import torch
 from ecotrain import Config, fit
 from ecotrain.cli import main
 from ecotrain.export.inference import load_trained
-from ecotrain.core.safeload import load_pt2
+from ecotrain.base.safeload import load_pt2
 from tests.conftest import ROOT, run_cli
 
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))

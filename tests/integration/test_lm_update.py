@@ -1,4 +1,4 @@
-"""`ecotrain update` of a language model on a shifted corpus (continual/lm.py), end to end: corpus A
+"""`ecotrain update` of a language model on a shifted corpus (assembly/update_lm.py), end to end: corpus A
 tokenized with a BPE trained on it, corpus B with A's tokenizer (`--tokenizer-from`), a nanoGPT
 trained on A, `ecotrain update RUN tokens:B` with replay (its buffer sampled from A) and LwF, the
 perplexity gate, forgetting_ppl_ratio, rollback; a corpus of another tokenizer refused in one line;

@@ -72,7 +72,7 @@ def _open(driver, path: Path):
 
 
 def test_the_run_folder_has_environment_json(runs):
-    from ecotrain.core.environment import git_info
+    from ecotrain.base.environment import git_info
 
     env = json.loads((runs["overfit"] / "environment.json").read_text())
     summary = json.loads((runs["overfit"] / "summary.json").read_text())

@@ -11,7 +11,7 @@ import pytest
 from ecotrain.accounting.compare import compare, judge, load_run, pairing, run_seed, split_runs
 from ecotrain.accounting.report import num
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.stats import diff_ci
+from ecotrain.base.stats import diff_ci
 from tests.unit.test_accounting_compare import make_run
 
 

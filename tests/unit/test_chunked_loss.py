@@ -1,4 +1,4 @@
-"""Chunked loss (memory/chunked_loss.py): the LM head + cross-entropy over token chunks gives the
+"""Chunked loss (core/chunked_loss.py): the LM head + cross-entropy over token chunks gives the
 gradients of the whole-logits loss (float32, max relative difference <= 1e-5) and never holds them."""
 
 import copy
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ecotrain.memory.chunked_loss import (HeadInput, _liger_class, apply_chunked_loss, chunked_cross_entropy,
+from ecotrain.core.chunked_loss import (HeadInput, _liger_class, apply_chunked_loss, chunked_cross_entropy,
                                           find_head, fused_loss, is_head_input)
 from ecotrain.base.errors import ConfigError
 from ecotrain.models.charlm import CharLM

@@ -53,7 +53,7 @@ def test_the_parsers_import_no_torch_and_only_the_named_command_is_built():
     """Every owner's arguments module is light; parsing `plan` imports plan's parser alone."""
     code = ("import sys\nfrom ecotrain.cli import program\nfrom ecotrain.cli.commands import COMMANDS\n"
             "program._parser(['plan', 'r.yaml'])\n"
-            "assert 'ecotrain.memory.commands' in sys.modules and 'ecotrain.export.commands' not in sys.modules\n"
+            "assert 'ecotrain.cli.memory_args' in sys.modules and 'ecotrain.cli.export_args' not in sys.modules\n"
             "program._parser()\n"
             "assert 'torch' not in sys.modules, [c.arguments for c in COMMANDS]")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -205,7 +205,7 @@ class CublasAllocFailsOnce(nn.Module):
 
 
 def test_cublas_and_cudnn_allocation_failures_are_recovered_as_oom(tiny_cfg, tmp_path):
-    from ecotrain.memory.levers import is_oom
+    from ecotrain.core.levers import is_oom
 
     msg = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
     r = fit(tiny_cfg(**{"loop.max_steps": 3}), model=CublasAllocFailsOnce(msg), run_dir=tmp_path / "a")

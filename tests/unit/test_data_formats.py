@@ -8,12 +8,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from ecotrain.core import contract
+from ecotrain.export import contract
 from ecotrain.config import Config
-from ecotrain.continual.lm import data_name
+from ecotrain.assembly.update_lm import data_name
 from ecotrain.data import load_data
 from ecotrain.data.builtin import reader
-from ecotrain.core.data_formats import FILES, FORMATS, data_format
+from ecotrain.base.data_formats import FILES, FORMATS, data_format
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.export.inference import data_config
 
@@ -63,7 +63,7 @@ def test_training_and_predicting_read_a_csv_alike(tmp_path):
 
 
 def test_the_table_imports_no_reader_and_no_torch():
-    code = ("import sys\nfrom ecotrain.core.data_formats import FORMATS\n"
+    code = ("import sys\nfrom ecotrain.base.data_formats import FORMATS\n"
             "loaded = [m for m in sys.modules if m == 'torch' or m.startswith('ecotrain.data.')]\n"
             "assert not loaded, loaded")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

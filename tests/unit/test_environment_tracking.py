@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ecotrain.core import environment
+from ecotrain.base import environment
 from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError
 
@@ -67,7 +67,7 @@ def test_capture_packages_hardware_dataset():
 
 
 def test_progress_work_is_silent_without_a_terminal(capsys):
-    from ecotrain.core.progress_work import work
+    from ecotrain.base.progress_work import work
 
     with work("generating", total=3) as advance:
         for _ in range(3):
@@ -109,7 +109,7 @@ def test_a_tracker_chosen_but_not_installed_is_one_line(name, monkeypatch, tmp_p
 
 
 def test_plain_runs_and_the_report_module_import_no_tracker():
-    code = ("import sys, ecotrain.assembly.trainer, ecotrain.tracking, ecotrain.report, ecotrain.core.environment; "
+    code = ("import sys, ecotrain.assembly.trainer, ecotrain.tracking, ecotrain.report, ecotrain.base.environment; "
             "bad = [m for m in ('mlflow', 'tensorboard', 'torch.utils.tensorboard', 'matplotlib', 'selenium') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

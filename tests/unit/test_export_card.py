@@ -14,8 +14,8 @@ from ecotrain.cli import main
 from ecotrain.base.errors import ConfigError
 from ecotrain.export.card import MARK, card_text, ours, read_exports, tokenizer_name, weights_summary, write_card
 from ecotrain.export.shipped import Run, locate
-from ecotrain.core.stats import mean_ci
-from ecotrain.seeds.sweep import write_group
+from ecotrain.base.stats import mean_ci
+from ecotrain.base.groupfile import write_group
 from tests.helpers.deadline import deadline
 
 ModelCard = pytest.importorskip("huggingface_hub").ModelCard

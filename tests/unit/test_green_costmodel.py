@@ -8,7 +8,7 @@ import random
 import pytest
 
 from ecotrain.green import costmodel
-from ecotrain.green.search import Options, Row, Search, predict
+from ecotrain.assembly.green_search import Options, Row, Search, predict
 
 
 def law(p: dict) -> float:

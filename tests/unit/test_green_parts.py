@@ -9,10 +9,10 @@ import pytest
 from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError
 from ecotrain.green import space
-from ecotrain.green.commands import confirm_seeds
-from ecotrain.green.confirm import check_seeds, payback_runs
+from ecotrain.cli.green_args import confirm_seeds
+from ecotrain.assembly.green_confirm import check_seeds, payback_runs
 from ecotrain.green.output import pareto
-from ecotrain.green.search import Row, at, gap_pruner, load_factor, pace, skip_reason
+from ecotrain.assembly.green_search import Row, at, gap_pruner, load_factor, pace, skip_reason
 
 CNN = "recipes/mnist1d_cnn.yaml"
 
@@ -52,7 +52,7 @@ def test_trial_values_become_overrides_that_load():
 
 
 def test_a_measured_search_tries_larger_batches_with_a_square_root_lr():
-    from ecotrain.green.search import larger_batches
+    from ecotrain.assembly.green_search import larger_batches
 
     assert larger_batches({"epochs": 162, "samples_seen": 583_962}) == 1802  # the demo recipe's baseline
     assert larger_batches({}) == 0 and larger_batches({"epochs": -1, "samples_seen": 10}) == 0
@@ -191,8 +191,7 @@ def test_confirmation_seeds_are_fresh():
 
 
 def test_without_optuna_it_is_one_line(monkeypatch):
-    from ecotrain.green import search
-
+    from ecotrain.assembly import green_search as search
     monkeypatch.setattr(search, "optuna", None)  # as when the `green` extra is not installed
     with pytest.raises(ConfigError, match=r"pip install 'ecotrain\[green\]'"):
         search.need_optuna()
@@ -201,7 +200,7 @@ def test_without_optuna_it_is_one_line(monkeypatch):
 def test_a_damaged_study_is_one_line_before_anything_trains(tmp_path):
     import sqlite3
 
-    from ecotrain.green.search import check_study
+    from ecotrain.assembly.green_search import check_study
 
     db = tmp_path / "study.db"
     check_study(db)  # none yet: a fresh search
@@ -218,7 +217,7 @@ def test_a_damaged_study_is_one_line_before_anything_trains(tmp_path):
 
 
 def test_a_measured_search_spends_its_budget_in_what_it_measured():
-    from ecotrain.green.search import Row, Search
+    from ecotrain.assembly.green_search import Row, Search
 
     s = Search(baseline={"val": 0.9, "cost": 2.0, "flops": 10.0, "samples": 100})
     s.rows.append(Row(0, "complete", {"batch": 500}, [], cost=0.5, flops=10.0))  # as many FLOPs, a quarter the energy
@@ -257,7 +256,7 @@ def test_a_search_that_may_shrink_the_model_tries_more_samples():
 
 
 def test_the_search_says_when_the_validation_split_cannot_resolve_the_tolerance(tmp_path):
-    from ecotrain.green.search import Options, resolution
+    from ecotrain.assembly.green_search import Options, resolution
 
     opts = Options(CNN, [], tmp_path, tolerance=0.01)
     said = resolution(opts, 143)  # digits' validation split: one sample is 0.7 points

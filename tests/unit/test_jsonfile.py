@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ecotrain.base.errors import CheckpointError, ConfigError
-from ecotrain.core.jsonfile import check_fields, read_json
+from ecotrain.base.jsonfile import check_fields, read_json
 from tests.helpers.deadline import deadline
 
 FIELDS = {"steps": int, "energy": dict, "energy.kwh": (float, None), "history": list, "history.*": dict,
@@ -67,6 +67,6 @@ def test_the_run_files_reader_refuses_a_fifo_and_a_huge_file(tmp_path, monkeypat
                               "restore it, or run the training again")
     big = tmp_path / "ledger.json"
     big.write_text(json.dumps({"pad": "x" * 200}))
-    monkeypatch.setattr("ecotrain.core.jsonfile.LIMIT", 100)
+    monkeypatch.setattr("ecotrain.base.jsonfile.LIMIT", 100)
     with pytest.raises(ConfigError, match="the ledger is 2.. bytes, more than the 100 bytes one may be"):
         read_json(big, "ledger")

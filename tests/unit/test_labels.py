@@ -87,7 +87,7 @@ def registry(tmp_path):
      "'cohort' must be one integer cohort key per row"),
 ])
 def test_update_refuses_bad_incoming_data_in_one_line(registry, tmp_path, arrays, message):
-    from ecotrain.continual.update import UpdateOptions, update
+    from ecotrain.assembly.update import UpdateOptions, update
 
     f = tmp_path / "new.npz"
     np.savez(f, **arrays)
@@ -99,7 +99,7 @@ def test_update_refuses_bad_incoming_data_in_one_line(registry, tmp_path, arrays
 
 
 def test_update_refuses_bad_overrides_before_training(registry, tmp_path):
-    from ecotrain.continual.update import UpdateOptions, update
+    from ecotrain.assembly.update import UpdateOptions, update
 
     f = tmp_path / "task_1.npz"
     np.savez(f, x=np.zeros((10, 40), np.float32), y=np.array(["two", "three"] * 5))

@@ -27,10 +27,10 @@ def test_the_floor_check_catches_an_arrow_up_and_a_private_name(tmp_path):
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
     ema = copy / "methods" / "ema.py"  # methods (floor 2) may not import a wing (floor 3)
     ema.write_text(ema.read_text() + "\n\ndef _peek():\n    from ecotrain.accounting.ledger import Ledger\n"
-                   "    from ecotrain.core.rundir import _HELD\n    return Ledger, _HELD\n")
+                   "    from ecotrain.base.rundir import _HELD\n    return Ledger, _HELD\n")
     edges, _ = graph(Path(copy))
     assert ("ecotrain.methods.ema", "ecotrain.accounting.ledger") in floor_violations(edges, type_only(Path(copy)))
-    assert ("ecotrain.methods.ema", "ecotrain.core.rundir._HELD") in private_imports(Path(copy))
+    assert ("ecotrain.methods.ema", "ecotrain.base.rundir._HELD") in private_imports(Path(copy))
     assert ("ecotrain.core.state", "ecotrain.methods.base") not in floor_violations(edges, type_only(Path(copy)))
 
 

@@ -7,7 +7,7 @@ from torch import nn
 from ecotrain import fit
 from ecotrain.config import EveryN, NamedModules
 from ecotrain.base.errors import ConfigError
-from ecotrain.memory.levers import OutOfMemory, apply_activation_checkpointing, find_blocks, select_modules
+from ecotrain.core.levers import OutOfMemory, apply_activation_checkpointing, find_blocks, select_modules
 from ecotrain.models.charlm import CharLM
 
 
@@ -72,7 +72,7 @@ def test_checkpointing_saves_fewer_tensors():
 def test_attention_is_kept_not_recomputed():
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from ecotrain.memory.levers import ATTENTION_OPS
+    from ecotrain.core.levers import ATTENTION_OPS
 
     class Count(TorchDispatchMode):
         n = 0
@@ -164,7 +164,7 @@ def test_micro_batch_count_survives_resume(tiny_cfg, tmp_path):
 
 def test_configure_memory_applies_the_section():
     from ecotrain.config import MemoryConfig
-    from ecotrain.memory.levers import configure_memory
+    from ecotrain.core.levers import configure_memory
 
     m = _lm()
     names = configure_memory(m, MemoryConfig(activation_checkpointing=EveryN(every_n=2), release_freed=True))

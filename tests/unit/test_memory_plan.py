@@ -45,7 +45,7 @@ def test_plan_cli(cli):
 
 
 def test_estimates_order_the_levers_and_the_eval_batch_follows_the_plan():
-    from ecotrain.memory.offload import MIN_BYTES
+    from ecotrain.core.offload import MIN_BYTES
     from ecotrain.core.stepplan import StepPlan
 
     cfg = load_config(None, TEXT)

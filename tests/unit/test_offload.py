@@ -1,4 +1,4 @@
-"""Activation offload (memory/offload.py): bit-identical gradients, activations really leave the process."""
+"""Activation offload (core/offload.py): bit-identical gradients, activations really leave the process."""
 
 import os
 import subprocess
@@ -11,9 +11,9 @@ from torch import nn
 from ecotrain.config import Config
 from ecotrain.base.errors import ConfigError
 from ecotrain.config import load_config
-from ecotrain.memory.levers import apply_activation_checkpointing, configure_memory, find_blocks, offload_targets
+from ecotrain.core.levers import apply_activation_checkpointing, configure_memory, find_blocks, offload_targets
 from ecotrain.memory.estimate import measure_saved
-from ecotrain.memory.offload import Offloader, apply_offload
+from ecotrain.core.offload import Offloader, apply_offload
 from ecotrain.models.charlm import CharLM
 from ecotrain.core.precision import Precision
 
@@ -89,9 +89,9 @@ class _Task:
 
 PEAK = """
 import sys, torch
-from ecotrain.memory.levers import find_blocks, release_freed_memory
+from ecotrain.core.levers import find_blocks, release_freed_memory
 from ecotrain.memory.measure import peak_rss
-from ecotrain.memory.offload import apply_offload
+from ecotrain.core.offload import apply_offload
 from ecotrain.models.charlm import CharLM
 from ecotrain.core.precision import Precision
 release_freed_memory()

@@ -31,7 +31,7 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
                         ('(folder / "cpu.cfs_period_us").read_text', _PROC),
                         ('Path("/proc/self/cgroup").read_text', _PROC),
                         ('Path("/proc/loadavg").read_text', _PROC)],
-    "core/environment.py": [('Path("/proc/cpuinfo").read_text', _PROC)],
+    "base/environment.py": [('Path("/proc/cpuinfo").read_text', _PROC)],
     "accounting/meter_plan.py": [('open("/proc/cpuinfo", ...)', _PROC)],
     "accounting/contention.py": [("Path(path).read_text", _PROC + " (/proc/pressure, cgroup cpu.pressure)")],
     "memory/measure.py": [('open("/proc/self/status")', _PROC), ('open("/proc/self/statm")', _PROC)],
@@ -285,7 +285,7 @@ def test_an_npz_as_a_fifo_bn_domain_and_curriculum(tmp_path):
 def test_group_file_label_map_and_run_summary_fifo_or_nested_deep(tmp_path):
     from ecotrain.base.errors import ConfigError
     from ecotrain.continual.labels import load_label_map
-    from ecotrain.seeds.sweep import read_group
+    from ecotrain.base.groupfile import read_group
 
     deep = tmp_path / "deep.json"
     deep.write_text(DEEP)

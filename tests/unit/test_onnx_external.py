@@ -15,7 +15,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
 from ecotrain.base.errors import CheckpointError  # noqa: E402
-from ecotrain.core import safeload  # noqa: E402
+from ecotrain.base import safeload  # noqa: E402
 from ecotrain.export import onnxfile  # noqa: E402
 
 OPSET = [helper.make_opsetid("", 17)]

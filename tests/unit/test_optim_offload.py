@@ -1,11 +1,11 @@
-"""Optimizer-state offload (memory/optim_offload.py): the state leaves memory between steps and the
+"""Optimizer-state offload (core/optim_offload.py): the state leaves memory between steps and the
 weights after N steps are bit-identical to a run without it; state dicts see the real tensors."""
 
 import copy
 
 import torch
 
-from ecotrain.memory.optim_offload import OptimizerOffload, _Out
+from ecotrain.core.optim_offload import OptimizerOffload, _Out
 from ecotrain.models.charlm import CharLM
 
 

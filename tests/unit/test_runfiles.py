@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from ecotrain.base import runfiles
-from ecotrain.core.rundir import holds_run
+from ecotrain.base.rundir import holds_run
 from ecotrain.base.runfiles import RunFiles
 
 SRC = Path(runfiles.__file__).parents[1]  # the ecotrain package (runfiles.py is in base/)

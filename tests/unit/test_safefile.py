@@ -12,7 +12,7 @@ import pytest
 
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, DataError
-from ecotrain.core.jsonfile import read_json as read_run_json
+from ecotrain.base.jsonfile import read_json as read_run_json
 from tests.helpers.deadline import deadline
 
 FIX = "give the tokenizer.json itself"

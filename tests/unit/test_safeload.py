@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ecotrain.core import safeload
+from ecotrain.base import safeload
 from ecotrain.base.errors import CheckpointError
 
 pytestmark = pytest.mark.unit

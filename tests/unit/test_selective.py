@@ -1,12 +1,12 @@
-"""Selective recompute (memory/selective.py): bit-identical gradients, matmul outputs kept, less saved."""
+"""Selective recompute (core/selective.py): bit-identical gradients, matmul outputs kept, less saved."""
 
 import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ecotrain.memory.levers import apply_activation_checkpointing
-from ecotrain.memory.selective import ATTENTION_OPS, MATMUL_OPS
+from ecotrain.core.levers import apply_activation_checkpointing
+from ecotrain.core.selective import ATTENTION_OPS, MATMUL_OPS
 from ecotrain.models.charlm import CharLM
 
 

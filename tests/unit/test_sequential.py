@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ecotrain.core.stats import (T975, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread, t_quantile,
+from ecotrain.base.stats import (T975, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread, t_quantile,
                             verdict)
 
 pytestmark = pytest.mark.unit

@@ -15,7 +15,7 @@ from ecotrain.speech import dataset as D
 from ecotrain.speech.checks import contradiction_scores, flag_contradictions, frame_posteriors
 from ecotrain.speech.ctc import CTCTask, greedy_decode, utterance_nll, word_error_rate
 from ecotrain.speech.features import SAMPLE_RATE, log_mel, mel_filterbank
-from ecotrain.speech.feedback import FeedbackSettings, Replay
+from ecotrain.assembly.speech_feedback import FeedbackSettings, Replay
 from ecotrain.speech.transcripts import WORDS, corrupt, decode, encode, normalize_transcript
 from ecotrain.speech.model import AcousticModel, out_lengths
 from ecotrain.speech.synth import Speaker

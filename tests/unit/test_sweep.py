@@ -7,7 +7,8 @@ import pytest
 from ecotrain.accounting.compare import split_runs
 from ecotrain.cli import main
 from ecotrain.base.errors import ConfigError
-from ecotrain.seeds.sweep import parse_seeds, read_group
+from ecotrain.base.groupfile import read_group
+from ecotrain.seeds.sweep import parse_seeds
 
 TINY = """name: tiny
 data: {name: digits, batch_size: 32, val_split: 0.15}

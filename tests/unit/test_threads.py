@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ecotrain.core import threads
-from ecotrain.core.environment import capture
+from ecotrain.base.environment import capture
 
 
 @pytest.fixture(autouse=True)

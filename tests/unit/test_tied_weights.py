@@ -16,7 +16,7 @@ from ecotrain import Config, fit
 from ecotrain.checkpoint.format import read_checkpoint, verify_checkpoint
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.base.errors import CheckpointError
-from ecotrain.core.tensorfile import ALIASES, read_tensors, write_tensors
+from ecotrain.base.tensorfile import ALIASES, read_tensors, write_tensors
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from ecotrain.data import corpus, tokenizer
 from ecotrain.data.corpus import tokenize_corpus
 from ecotrain.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 from ecotrain.base.errors import ConfigError, DataError
-from ecotrain.continual.lm import tokenizer_id
+from ecotrain.assembly.update_lm import tokenizer_id
 from ecotrain.export.lm import run_tokenizer
 from tests.helpers.deadline import deadline
 

@@ -8,7 +8,8 @@ import torch
 from ecotrain.accounting.compare import load_run
 from ecotrain.accounting.report import read_ledger
 from ecotrain.config import Config
-from ecotrain.data.builtin import describe, import_object, load_data, validate_arrays
+from ecotrain.base.objects import describe, import_object
+from ecotrain.data.builtin import load_data, validate_arrays
 from ecotrain.data.split import stratified_split
 from ecotrain.base.errors import ConfigError, DataError
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from ecotrain.base.errors import ConfigError, DataError
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 
 GIVE = "give the .npz file"
 

@@ -1,7 +1,7 @@
 """`ecotrain compare`: a baseline against a candidate, side by side, with a verdict for CI.
 
 Each side is one run folder or a seed group (several). The table shows each figure's mean over a
-side's runs with its 95% t-interval (`ecotrain.core.stats`, the one implementation; docs/evaluation.md is
+side's runs with its 95% t-interval (`ecotrain.base.stats`, the one implementation; docs/evaluation.md is
 the protocol). Two criteria:
 
 - the metric: its drop (baseline - candidate; for a metric where lower is better, a loss or a
@@ -34,7 +34,7 @@ from ecotrain.base import safefile
 from ecotrain.accounting.report import (contended, FIGURES, figure, lower_is_better, missing_reason, num, read_ledger,
                                        read_summary, table)
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
+from ecotrain.base.stats import (Interval, diff_ci, look_alpha, mean_ci, seeds_to_decide, sequential_interval, spread,
                             verdict)
 from ecotrain.base.runfiles import CONFIG, SUMMARY
 
@@ -375,7 +375,7 @@ def teacher_notes(sides: dict) -> list[str]:
 def split_runs(items: Sequence[str] | None) -> list[str]:
     """`["a,b", "c"]` -> `["a", "b", "c"]`: run folders given as several arguments or comma lists;
     a group file (`fit --seeds` writes RUN-group.json) stands for the runs it lists."""
-    from ecotrain.seeds.sweep import is_group_file, read_group
+    from ecotrain.base.groupfile import is_group_file, read_group
 
     return [r for item in items or () for p in item.split(",") if p
             for r in (read_group(p) if is_group_file(p) else [p])]

@@ -37,7 +37,7 @@ from typing import Optional
 from ecotrain.base import safefile
 from ecotrain.config.carbon import FORECAST_FILE
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 
 SHAPES = ("a Carbon Aware SDK forecast (forecastData: timestamp, duration, value), an ElectricityMaps forecast "
           "(forecast: datetime, carbonIntensity), or a CSV of time,gCO2e/kWh rows")

@@ -41,7 +41,7 @@ from typing import Optional
 from ecotrain.base import safefile
 from ecotrain.base.cachedir import cache_dir
 from ecotrain.base.errors import EcotrainError
-from ecotrain.core.rundir import atomic_write
+from ecotrain.base.rundir import atomic_write
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024
@@ -238,7 +238,7 @@ def remember(tracker, gpu_ids, said: list = ()) -> None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"fingerprint": fp, "plan": data, "notes": said}, sort_keys=True, indent=1, allow_nan=False)
-        atomic_write(path, text.encode("utf-8"))  # core/rundir.py: temp name, fsync, rename
+        atomic_write(path, text.encode("utf-8"))  # base/rundir.py: temp name, fsync, rename
         _sweep(path.parent)
     except Exception:  # noqa: BLE001 - a cache that cannot be written is no cache, not an error
         return

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.jsonfile import read_json
+from ecotrain.base.jsonfile import read_json
 from ecotrain.base.runfiles import CONFIG, LEDGER, SUMMARY
 
 # the figures `compare --by` and the tables use, each read from one place in ledger.json
@@ -62,7 +62,7 @@ def missing_reason(ledger: dict, key: str) -> str:
 
 
 def write_ledger(run_dir: Path, ledger: Optional[dict]) -> None:
-    from ecotrain.core.rundir import write_json
+    from ecotrain.base.rundir import write_json
 
     if ledger is not None:
         write_json(Path(run_dir) / LEDGER, ledger)

@@ -29,20 +29,21 @@ from ecotrain.data import ArraySource, DataBundle, MapSource, load_data
 from ecotrain.data.sources import LoaderSource, distributed_sampler
 from ecotrain.data.augment import SignalAugment
 from ecotrain.data.bucketing import build_sampler, padding_ratio
-from ecotrain.data.builtin import describe, import_object, validate_arrays
+from ecotrain.base.objects import describe, import_object
+from ecotrain.data.builtin import validate_arrays
 from ecotrain.base.errors import ConfigError, DataError, EcotrainError
 from ecotrain.base.log import log
 from ecotrain.methods import Method, Methods, build_methods
 from ecotrain.methods.base import overrides
-from ecotrain.memory.chunked_loss import check_task as check_chunked_loss
-from ecotrain.memory.levers import configure_memory, oom_hint
+from ecotrain.core.chunked_loss import check_task as check_chunked_loss
+from ecotrain.core.levers import configure_memory, oom_hint
 from ecotrain.memory.measure import for_run as memory_plan_for_run
-from ecotrain.memory.optim_offload import offload_optimizer_state
+from ecotrain.core.optim_offload import offload_optimizer_state
 from ecotrain.models import build_model
 from ecotrain.core.objective import Objective
 from ecotrain.core.optim import build_optimizer, build_scheduler, refuse_user_scheduler
 from ecotrain.core.precision import Precision
-from ecotrain.core.rundir import RunFolder
+from ecotrain.base.rundir import RunFolder
 from ecotrain.base.runfiles import MODEL, RunFiles
 from ecotrain.core.state import TrainState
 from ecotrain.core.stepplan import StepPlan, step_batch_size
@@ -117,7 +118,7 @@ def assemble(cfg: Config, dist, device, parts: UserParts, opts: RunOptions, pree
     facts["tokens_per_sample"] = tokens_per_sample(bundle, task)
     total = plan_steps(cfg, len(sampler))
     opt = build_optimizer(net, cfg.optim, methods.param_groups(dist.unwrap(net)), factory=parts.optimizer)
-    if cfg.memory.optimizer_offload == "on":  # the state out of memory between steps (memory/optim_offload.py)
+    if cfg.memory.optimizer_offload == "on":  # the state out of memory between steps (core/optim_offload.py)
         offload_optimizer_state(opt, cfg.memory.offload_dir or folder.path, device, dist.strategy)
     sched_total = total if cfg.schedule.interval == "step" else -(-total // max(1, len(sampler)))
     sched = parts.scheduler(opt) if parts.scheduler else build_scheduler(opt, cfg.schedule, sched_total)
@@ -250,7 +251,7 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
         if sharded_init is not None and methods.transforms:
             raise ConfigError(f"--init-from {opts.init_from}: a sharded (FSDP) checkpoint cannot be combined with "
                               f"methods that change the model; start from its {MODEL} instead")
-    configure_memory(net, cfg.memory)  # activation checkpointing, allocator (memory/levers.py)
+    configure_memory(net, cfg.memory)  # activation checkpointing, allocator (core/levers.py)
     net = methods.transform(net)  # before the optimizer and the wrap; on resumed runs too
     net = dist.wrap(net, cfg.distributed)  # DDP wrapper, or FSDP2 sharding in place
     if cfg.compile:  # in place: the module's keys stay its own (no `_orig_mod.` prefix reaches a checkpoint)

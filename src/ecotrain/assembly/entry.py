@@ -15,7 +15,7 @@ from ecotrain.config import Config, load_config
 from ecotrain.base.errors import EXIT_DIVERGED, EXIT_PREEMPTED, CheckpointError, ConfigError
 from ecotrain.base.log import log
 from ecotrain.core.preemption import Preemption
-from ecotrain.core.rundir import hold
+from ecotrain.base.rundir import hold
 from ecotrain.base.runfiles import CONFIG, RunFiles
 from ecotrain.assembly.trainer import RunResult, fit
 

@@ -14,9 +14,9 @@ from ecotrain.assembly.assemble import Run
 from ecotrain.core.loop import evaluate_split
 from ecotrain.data.sources import LoaderSource, subset
 from ecotrain.core.device import combine_memory, memory_peaks
-from ecotrain.core.rundir import write_json
+from ecotrain.base.rundir import write_json
 from ecotrain.base.runfiles import RunFiles
-from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.tensorfile import save_weights
 from ecotrain.tracking import after_finish
 from ecotrain.base.version import __version__
 

@@ -28,7 +28,7 @@ from ecotrain.core.device import resolve_device
 from ecotrain.base.errors import ConfigError
 from ecotrain.core.optim import Schedule
 from ecotrain.core.preemption import Preemption
-from ecotrain.core.rundir import atomic_write, file_in_the_way, refuse_overwriting, write_json
+from ecotrain.base.rundir import atomic_write, file_in_the_way, refuse_overwriting, write_json
 from ecotrain.core.seeding import deterministic_algorithms, seed_everything
 
 

@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from torch import nn
 
 from ecotrain.assembly import wings
-from ecotrain.core import distributed, loop, rundir, threads
+from ecotrain.base import rundir
+from ecotrain.core import distributed, loop, threads
 from ecotrain.core import resume as resume_mod
 from ecotrain.assembly.assemble import RunOptions, UserParts, assemble
 from ecotrain.core.loop import make_evaluate
@@ -20,7 +21,7 @@ from ecotrain.callbacks import Callback
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.base.log import log
 from ecotrain.core.preemption import Preemption
-from ecotrain.core.rundir import write_json
+from ecotrain.base.rundir import write_json
 from ecotrain.base.runfiles import RunFiles
 from ecotrain.config import Config
 from ecotrain.data.tokenizer import save_tokenizer
@@ -31,7 +32,7 @@ from ecotrain.memory.planner import PLAN_FILE
 from ecotrain.core.precision import tf32
 from ecotrain.core.seeding import deterministic_algorithms, nondeterministic_error, seed_everything
 from ecotrain.core.state import TrainState
-from ecotrain.core.tensorfile import read_tensors
+from ecotrain.base.tensorfile import read_tensors
 
 
 @dataclass

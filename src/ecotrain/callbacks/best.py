@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ecotrain.callbacks.base import Callback
-from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.base.tensorfile import cpu_copy
 
 
 class BestTracker(Callback):

@@ -23,12 +23,12 @@ import xxhash
 from safetensors import SafetensorError, safe_open
 
 from ecotrain.base import safefile
-from ecotrain.core import safeload
+from ecotrain.base import safeload
 from ecotrain.base.errors import CheckpointError, os_advice
 from ecotrain.base.fsnames import native_name
-from ecotrain.core.rundir import fsync_dir
-from ecotrain.core.tensorfile import aliases_of, read_tensors, write_tensors
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import fsync_dir
+from ecotrain.base.tensorfile import aliases_of, read_tensors, write_tensors
+from ecotrain.base.userpath import user_path
 
 FORMAT = "ecotrain-checkpoint/1"
 FILES = ("tensors.safetensors", "meta.json")

@@ -1,7 +1,7 @@
 """Every `ecotrain` command, the one place they are registered, in the order `ecotrain --help` shows
 them: its name, its one-line help, the function that adds its arguments to its subparser, and its
 handler. The arguments' function lives beside the command's feature, in its owner's light module
-(`memory/commands.py` for plan, argparse only, no torch); the handler's module imports torch at its top.
+(`cli/memory_args.py` for plan, argparse only, no torch); the handler's module imports torch at its top.
 Both are named as "module:function" and imported only when their command is parsed or run (cli/program.py), so
 `ecotrain --help` imports none of them and `ecotrain fit` only fit's parser.
 
@@ -37,18 +37,18 @@ def _load(where: str):
     return getattr(importlib.import_module(module), name)
 
 
-_CONTINUAL = "ecotrain.continual.commands"  # docs/updates.md
-_UPDATES = "ecotrain.continual.cli_continual"
+_CONTINUAL = "ecotrain.cli.continual_args"  # docs/updates.md
+_UPDATES = "ecotrain.cli.continual"
 COMMANDS: tuple[Command, ...] = (
     Command("fit", "train a recipe", "ecotrain.cli.fit_args:fit", "ecotrain.cli.fit:cmd_fit", trains=True),
     Command("plan", "print the memory a recipe needs (parameters, gradients, optimizer, activations)",
-            "ecotrain.memory.commands:plan", "ecotrain.cli.models:cmd_plan"),
+            "ecotrain.cli.memory_args:plan", "ecotrain.cli.models:cmd_plan"),
     Command("resume", "continue a run from its newest valid checkpoint", "ecotrain.cli.fit_args:resume",
             "ecotrain.cli.models:cmd_resume", trains=True),
     Command("ledger", "print a run's cost ledger; --regions restates its CO2e on other grids",
-            "ecotrain.accounting.commands:ledger", "ecotrain.cli.records:cmd_ledger"),
+            "ecotrain.cli.accounting_args:ledger", "ecotrain.cli.records:cmd_ledger"),
     Command("compare", "baseline vs candidate runs (seed groups): means with 95%% intervals and a verdict (exit 0 "
-            "PASS, 1 FAIL or INCONCLUSIVE; docs/evaluation.md)", "ecotrain.accounting.commands:compare",
+            "PASS, 1 FAIL or INCONCLUSIVE; docs/evaluation.md)", "ecotrain.cli.accounting_args:compare",
             "ecotrain.cli.records:cmd_compare"),
     Command("eval", "evaluate a trained model (run or checkpoint folder) in eval mode; prints and writes its metrics "
             "(RUN/eval-<label>.json)", "ecotrain.cli.inference_args:evaluate", "ecotrain.cli.models:cmd_eval"),
@@ -57,14 +57,14 @@ COMMANDS: tuple[Command, ...] = (
             "ecotrain.cli.models:cmd_predict"),
     Command("export", "trace a run's weights with torch.export (.pt2) or to ONNX, check it against the eager model "
             "on the test split (export.json) and write the model card (docs/export.md)",
-            "ecotrain.export.commands:export", "ecotrain.export.cli_export:cmd_export"),
+            "ecotrain.cli.export_args:export", "ecotrain.cli.export:cmd_export"),
     Command("card", "write a Hugging Face model card (README.md): test metrics, how the model was chosen, the data, "
-            "co2_eq_emissions from the ledger", "ecotrain.export.commands:card",
+            "co2_eq_emissions from the ledger", "ecotrain.cli.export_args:card",
             "ecotrain.export.card:cmd_card"),  # reads finished runs: no torch
     Command("bn-report", "print a run's BatchNorm report (methods: [{name: batchnorm}])",
-            "ecotrain.report.commands:bn_report", "ecotrain.cli.models:cmd_bn_report"),
+            "ecotrain.cli.report_args:bn_report", "ecotrain.cli.models:cmd_bn_report"),
     Command("report", "write report.html: learning curves, a fit diagnosis, cost, environment; several runs: "
-            "comparison and verdict", "ecotrain.report.commands:report", "ecotrain.cli.records:cmd_report"),
+            "comparison and verdict", "ecotrain.cli.report_args:report", "ecotrain.cli.records:cmd_report"),
     Command("tokenize", "a text corpus into token files (train/val .bin, tokenizer.json, tokens.json) for "
             "data.name=tokens:DIR", "ecotrain.cli.tokenize_args:tokenize", "ecotrain.cli.corpus:cmd_tokenize"),
     Command("lr-find", "LR range test: a plot and a suggested peak LR (writes no run folder)",
@@ -82,12 +82,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("review-queue", "the lowest-confidence and most-contradicted examples, for review",
             f"{_CONTINUAL}:review_queue", f"{_UPDATES}:cmd_review_queue"),
     Command("data", "make a built-in dataset on disk: `data speech-digits --out DIR`",  # docs/speech.md
-            "ecotrain.speech.commands:data", "ecotrain.speech.cli_speech:cmd_data"),
+            "ecotrain.cli.speech_args:data", "ecotrain.cli.speech:cmd_data"),
     Command("speech-feedback", "speech model: a base version and feedback rounds from new voices, gated "
-            "(docs/speech.md)", "ecotrain.speech.commands:feedback", "ecotrain.speech.cli_speech:cmd_feedback"),
+            "(docs/speech.md)", "ecotrain.cli.speech_args:feedback", "ecotrain.cli.speech:cmd_feedback"),
     Command("green", "search the cheapest recipe whose validation accuracy stays within a tolerance of RECIPE's, "
-            "then confirm it on fresh seeds (docs/green.md)", "ecotrain.green.commands:green",
-            "ecotrain.green.cli_green:cmd_green", trains=True),
+            "then confirm it on fresh seeds (docs/green.md)", "ecotrain.cli.green_args:green",
+            "ecotrain.cli.green:cmd_green", trains=True),
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from ecotrain.data.corpus import tokenize_corpus
-from ecotrain.core.rundir import file_in_the_way
+from ecotrain.base.rundir import file_in_the_way
 from ecotrain.base.errors import DataError
 
 

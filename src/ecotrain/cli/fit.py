@@ -11,8 +11,8 @@ from __future__ import annotations
 from ecotrain.core import threads
 from ecotrain.config import load_config
 from ecotrain.config.carbon import cli_overrides
-from ecotrain.core.rundir import config_yaml
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import config_yaml
+from ecotrain.base.userpath import user_path
 
 
 def cmd_fit(args, ctx) -> int:

@@ -4,7 +4,7 @@ and `resume` (entry.resume_run). Argparse only, no torch: imported to parse its 
 
 from __future__ import annotations
 
-from ecotrain.accounting.commands import COST_FIGURES
+from ecotrain.cli.accounting_args import COST_FIGURES
 
 
 def fit(f) -> None:

@@ -13,9 +13,10 @@ from ecotrain.accounting.compare import judge
 from ecotrain.config import load_config
 from ecotrain.seeds.decide import save, until_decided
 from ecotrain.base.errors import ConfigError, PreemptedError
-from ecotrain.core.rundir import default_run_dir, holds_run
-from ecotrain.seeds.sweep import fit_seeds, group_paths, parse_seeds, read_group
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import default_run_dir, holds_run
+from ecotrain.base.groupfile import group_paths, read_group
+from ecotrain.seeds.sweep import fit_seeds, parse_seeds
+from ecotrain.base.userpath import user_path
 
 
 def fit_seed_groups(args, name: str, trainer) -> int:

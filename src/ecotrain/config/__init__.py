@@ -15,13 +15,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 from ecotrain.config.base import ModelConfig, Section as _Section  # noqa: F401 (re-exported)
 from ecotrain.config.carbon import CarbonConfig
 from ecotrain.config.memory import EveryN, MemoryConfig, NamedModules  # noqa: F401 (re-exported)
 from ecotrain.config.run import (  # noqa: F401 (re-exported)
     CheckpointConfig, DistributedConfig, FsdpConfig, PreemptionConfig)
-from ecotrain.core.data_formats import data_format
+from ecotrain.base.data_formats import data_format
 from ecotrain.config.methods import (  # noqa: F401 (re-exported: `from ecotrain.config import EmaConfig`)
     EmaConfig, BatchNormConfig, FinetuneConfig, DedupConfig, CurriculumConfig, SelectiveBackpropConfig,
     ProgressiveResizeConfig, BatchRampConfig, LateFreezeConfig, StabilityStopConfig, DistillConfig,

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BeforeValidator, Field
 
 from ecotrain.config.base import Section
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 
 FORECAST_FILE = "give a forecast file: Carbon Aware SDK or ElectricityMaps JSON, or a CSV of time,gCO2e/kWh rows"
 

@@ -1,4 +1,4 @@
-"""The `memory:` section of a run's config (memory/levers.py, memory/planner.py): activation
+"""The `memory:` section of a run's config (core/levers.py, memory/planner.py): activation
 checkpointing, offload, the chunked loss, optimizer-state offload, OOM recovery and the byte budget."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class NamedModules(_Section):
 
 
 class MemoryConfig(_Section):
-    """Memory levers (memory/levers.py): activation checkpointing and out-of-memory recovery."""
+    """Memory levers (core/levers.py): activation checkpointing and out-of-memory recovery."""
 
     activation_checkpointing: Union[Literal["off", "all"], EveryN, NamedModules] = "off"
     min_micro_batch: int = Field(1, gt=0)  # OOM recovery halves the micro-batch down to this, then gives up
@@ -32,19 +32,19 @@ class MemoryConfig(_Section):
     search_steps: int = Field(3, ge=2)  # training steps per measured plan (the first is not timed)
     # plans measured after the baseline, at most (+1 when none fits); a plan at 95% of the usable budget ends it
     search_candidates: int = Field(8, ge=1)
-    # what a checkpointed block keeps (memory/selective.py): attention outputs, or every matmul output
+    # what a checkpointed block keeps (core/selective.py): attention outputs, or every matmul output
     checkpoint_policy: Literal["attention", "matmuls"] = "attention"
     # saved activations of the blocks not checkpointed go to host memory (CUDA) or a file in the run
-    # folder (CPU) (memory/offload.py); bf16: stored as bfloat16 (lossy: needs allow_precision_change)
+    # folder (CPU) (core/offload.py); bf16: stored as bfloat16 (lossy: needs allow_precision_change)
     activation_offload: Literal["off", "on", "bf16"] = "off"
     # how many of those blocks are offloaded, from the first (a finer step for memory.budget); None: all
     offload_blocks: Optional[int] = Field(None, ge=1)
     offload_dir: Optional[str] = None  # where CPU offload writes; None: the run folder
     eval_batch_size: Optional[int] = Field(None, gt=0)  # evaluation's batch; None: data.batch_size * 4
-    # the LM head + cross-entropy over chunks of loss_chunk tokens, logits recomputed in backward (memory/chunked_loss.py)
+    # the LM head + cross-entropy over chunks of loss_chunk tokens, logits recomputed in backward (core/chunked_loss.py)
     chunked_loss: Literal["off", "on"] = "off"
     loss_chunk: int = Field(1024, gt=0)  # tokens per chunk: one chunk's logits [loss_chunk, vocab] is the peak
-    # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (memory/optim_offload.py)
+    # optimizer state between steps: in the run folder (CPU) or pinned host memory (CUDA) (core/optim_offload.py)
     optimizer_offload: Literal["off", "on"] = "off"
     # the levers memory.budget may pull (micro_batches and chunked_loss out: bit-identical losses); shard:
     # under torchrun, the strategy too (ddp, zero2 or fsdp: memory/shard.py), else the configured one

@@ -21,7 +21,7 @@ import yaml
 
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, DataError
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 
 
 def load_label_map(path: Optional[str | Path]) -> Optional[dict[str, int]]:

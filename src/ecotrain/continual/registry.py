@@ -37,8 +37,8 @@ from ecotrain.base import safefile
 from ecotrain.continual.lock import LOCK_TIMEOUT, registry_lock
 from ecotrain.checkpoint.format import flatten, read_checkpoint, unflatten, verify_checkpoint, write_checkpoint
 from ecotrain.base.errors import CheckpointError, ConfigError
-from ecotrain.core.jsonfile import check_fields, read_json
-from ecotrain.core.rundir import write_json
+from ecotrain.base.jsonfile import check_fields, read_json
+from ecotrain.base.rundir import write_json
 
 INDEX_FORMAT = "ecotrain-registry/1"
 VERSION_RE = re.compile(r"v\d{1,9}")

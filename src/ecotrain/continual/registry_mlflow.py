@@ -134,7 +134,7 @@ def figure_tags(meta: dict) -> dict[str, str]:
     metrics = meta.get("metrics") or {}
     tags = {_safe(f"gate.{k}"): str(v) if isinstance(v, str) else json.dumps(v)
             for k, v in (metrics.get("gate") or {}).items()}
-    figure = "perplexity" if meta.get("task") == "language_model" else "accuracy"  # continual/lm.py
+    figure = "perplexity" if meta.get("task") == "language_model" else "accuracy"  # assembly/update_lm.py
     for task, acc in (metrics.get("tasks") or {}).items():
         tags[_safe(f"{figure}.{task}")] = f"{acc:.4f}"
     for key in ("average_accuracy", "average_forgetting", "average_perplexity", "forgetting_ppl_ratio"):

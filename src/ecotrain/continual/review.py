@@ -25,7 +25,7 @@ from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.versions import load_version_model
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.export.inference import load_trained
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
 
 
 def _model(target: str, registry: str):

@@ -19,7 +19,7 @@ import numpy as np
 from ecotrain.config import Config, DataConfig
 from ecotrain.data.builtin import mnist1d
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.rundir import atomic_write
+from ecotrain.base.rundir import atomic_write
 
 NUM_CLASSES = 10
 

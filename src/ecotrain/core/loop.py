@@ -18,7 +18,7 @@ from ecotrain.data.loader import Feed
 from ecotrain.data.sources import iter_batches
 from ecotrain.core.distributed import one_gather
 from ecotrain.base.errors import EcotrainError
-from ecotrain.memory.levers import is_oom, recover_from_oom
+from ecotrain.core.levers import is_oom, recover_from_oom
 from ecotrain.core.metrics import SumMetric, scalar
 from ecotrain.core.task import unit_count, unit_counts
 
@@ -110,7 +110,7 @@ def train_step(state, batch, cbs) -> None:
             state.loss, state.loss_parts = loss.detach(), None
         else:
             state.loss = backward_micro_batches(state, batch, n_micro)
-    except (torch.OutOfMemoryError, RuntimeError) as exc:  # retry in smaller micro-batches, same maths (memory/levers.py)
+    except (torch.OutOfMemoryError, RuntimeError) as exc:  # retry in smaller micro-batches, same maths (core/levers.py)
         if not is_oom(exc):  # cuBLAS/cuDNN allocation failures are OOM too; any other error is not
             raise
         loss = None  # the failed graph and its activations go before the retry, not after it

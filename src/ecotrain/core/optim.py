@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ecotrain.config import OPTIMIZERS, OptimConfig, ScheduleConfig
-from ecotrain.data.builtin import describe, import_object
+from ecotrain.base.objects import describe, import_object
 from ecotrain.base.errors import ConfigError, DataError
 
 

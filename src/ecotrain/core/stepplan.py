@@ -60,5 +60,5 @@ class StepPlan:
         return cls(cfg.data.batch_size, cfg.loop.accumulate, n, eval_batch_size(cfg))
 
     def raise_micro_batches(self, n: int) -> None:
-        """OOM recovery's cut (memory/levers.py), and the memory planner's measuring worker: the one writer."""
+        """OOM recovery's cut (core/levers.py), and the memory planner's measuring worker: the one writer."""
         self.micro_batches = n

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from ecotrain.core import metrics as M
 from ecotrain.core.batch import batch_size
 from ecotrain.base.errors import ConfigError
-from ecotrain.memory.chunked_loss import chunked_cross_entropy, is_head_input
+from ecotrain.core.chunked_loss import chunked_cross_entropy, is_head_input
 
 TARGET_KEYS = ("labels", "label", "y", "target", "targets")
 _HALF = (torch.float16, torch.bfloat16)

@@ -11,8 +11,8 @@ The formats, their readers and options: one table, data_formats.py.
 from __future__ import annotations
 
 import csv
-import io
 import importlib
+import io
 import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
@@ -26,16 +26,10 @@ from ecotrain.data.cache import load_or_make, package_version
 from ecotrain.data.items import is_class_pair, is_structured, structured_bundle
 from ecotrain.data.sources import ArraySource, DataBundle, MapSource, Subset, attribute_labels, sample_positions, subset
 from ecotrain.data.split import stratified_split
-from ecotrain.core.data_formats import DataFormat, data_format
+from ecotrain.base.data_formats import DataFormat, data_format
 from ecotrain.base.errors import DataError, EcotrainError
-from ecotrain.core.userpath import user_path
-
-
-def describe(exc: BaseException) -> str:
-    """An exception as one short line: `ValueError: message` (user code's messages may span lines)."""
-    text = " ".join(str(exc).split())
-    text = text if len(text) <= 300 else text[:297] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+from ecotrain.base.objects import describe, import_object
+from ecotrain.base.userpath import user_path
 
 
 def _unreadable(path: Path, exc: BaseException, what: str) -> DataError:
@@ -299,29 +293,6 @@ def _need_path(cfg: Config) -> Path:
     except OSError as exc:
         raise _unreadable(p, exc, f".{cfg.data.name} file") from None
     return p
-
-
-def import_object(path: str, what: str):
-    mod_name, sep, attr = path.partition(":")
-    if not sep:
-        raise DataError(f"{what}: '{path}' is not a built-in name nor an import path 'pkg.module:Name'")
-    if not mod_name or not attr:
-        raise DataError(f"{what}: '{path}' is not an import path 'pkg.module:Name'")
-    try:
-        module = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        raise DataError(f"{what}: cannot import '{path}' ({exc})") from None
-    except (Exception, SystemExit) as exc:  # the user's module itself failed while importing
-        raise DataError(f"{what}: importing module '{mod_name}' (for '{path}') raised {describe(exc)}") from None
-    try:
-        obj = module
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        raise DataError(f"{what}: cannot import '{path}' (module '{mod_name}' has no attribute '{attr}')") from None
-    except Exception as exc:  # a module-level __getattr__ that raises
-        raise DataError(f"{what}: getting '{attr}' from module '{mod_name}' raised {describe(exc)}") from None
-    return obj
 
 
 def _user_dataset(cfg: Config):

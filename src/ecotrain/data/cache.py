@@ -37,7 +37,7 @@ import numpy as np
 from ecotrain.base import safefile
 from ecotrain.base.cachedir import ENV, cache_dir
 from ecotrain.base.errors import EcotrainError
-from ecotrain.core.progress_work import work
+from ecotrain.base.progress_work import work
 
 FORMAT = 1  # bump when the layout of an entry changes
 MAX_ENTRY_BYTES = 4 << 30  # the built-in generators' data is MiBs; a bigger entry is not one of ours

@@ -26,8 +26,8 @@ from ecotrain.config.tokens import SIDECAR, TokensMeta
 from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.base.errors import DataError
 from ecotrain.base.filelock import try_lock_folder, unlock
-from ecotrain.core.rundir import atomic_write, fsync_dir
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import atomic_write, fsync_dir
+from ecotrain.base.userpath import user_path
 
 MAX_DOCUMENT_BYTES = 1 << 30  # one document read whole: a 1 GiB line is a damaged file, not text
 _WRITE_IDS = 1 << 20  # ids buffered before a write

@@ -21,13 +21,13 @@ import time
 import torch
 
 from ecotrain.core.batch import MicroBatches, batch_size, describe as describe_batch, tree_map
-from ecotrain.data.builtin import describe
+from ecotrain.base.objects import describe
 from ecotrain.data.items import item_shapes
 from ecotrain.data import sources
 from ecotrain.data.sources import ArraySource, LoaderSource, MapSource, item_seeds
 from ecotrain.base.errors import DataError, EcotrainError
 from ecotrain.base.log import log
-from ecotrain.core.orphans import die_with_parent
+from ecotrain.base.orphans import die_with_parent
 
 WINDOW_BATCHES = 64  # batches per throughput window (progress bar, input-bound check)
 WARMUP_WINDOWS = 1  # the first window holds worker start-up and first reads: not judged

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.base.log import log
-from ecotrain.core.rundir import atomic_write
+from ecotrain.base.rundir import atomic_write
 from ecotrain.base.runfiles import TOKENIZER, TOKENIZER_MAX_BYTES
 
 EOD_TEXT = "<|endoftext|>"  # the end-of-document token, GPT-2's spelling

@@ -41,8 +41,8 @@ from ecotrain.data.sources import DataBundle
 from ecotrain.base import safefile
 from ecotrain.base.errors import DataError
 from ecotrain.base.runfiles import TOKENIZER_MAX_BYTES
-from ecotrain.core.jsonfile import read_json
-from ecotrain.core.userpath import user_path
+from ecotrain.base.jsonfile import read_json
+from ecotrain.base.userpath import user_path
 
 _CHECK = 1 << 24  # ids checked per read at start-up: 64 MiB of uint32 at a time, whatever the file's size
 _HASH_BYTES = 64 * 1024  # the content hash reads this much of each file's head and tail, as for hf:/parquet:

@@ -25,8 +25,8 @@ from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, EcotrainError
 from ecotrain.export.shipped import Run, Shipped, locate
 from ecotrain.base.fsnames import shown
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
-from ecotrain.core.stats import mean_ci
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.stats import mean_ci
 from ecotrain.base.runfiles import MODEL, TOKENIZER, TOKENIZER_MAX_BYTES
 
 MARK = "<!-- written by `ecotrain card`: the next `ecotrain card` or `ecotrain export` rewrites this file -->"
@@ -276,7 +276,7 @@ def _export_lines(exports: dict, lm: bool = False) -> list[str]:
         diff = finite(r.get("max_abs_diff"))
         lines.append(f"| `{name}` | {r.get('format')} | "
                      + (f"{diff:.3g} |" if diff is not None else "not measured |"))
-    lines += ["", "```python", "from ecotrain.core.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
+    lines += ["", "```python", "from ecotrain.base.safeload import load_pt2  # checks the archive: nothing in it is unpickled "
               "or evaluated", "", f"program, _ = load_pt2(\"{_first(exports, 'pt2')}\")", "model = program.module()"
               "  # no model class needed", "logits = model(input_ids)  # [batch, tokens, vocabulary]" if lm
               else "logits = model(x)", "```", "",

@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import torch
 
 from ecotrain.base import safefile
-from ecotrain.data.builtin import describe
+from ecotrain.base.objects import describe
 from ecotrain.base.errors import ConfigError, DataError, EcotrainError
 from ecotrain.export.lm import carried_tokenizer, run_tokenizer
 from ecotrain.export.predict import is_exported, load_exported
@@ -42,8 +42,8 @@ from ecotrain.base.fsnames import shown
 from ecotrain.export.inference import load_trained
 from ecotrain.export.program import context_length
 from ecotrain.base.log import log
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.userpath import user_path
 
 MAX_NEW_TOKENS = 100_000  # without a KV cache each token is a pass over the window: beyond this, call again
 DEFAULT_NEW_TOKENS = 100

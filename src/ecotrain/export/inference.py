@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from ecotrain.base import safefile
-from ecotrain.core import contract, loop
+from ecotrain.core import loop
+from ecotrain.export import contract
 from ecotrain.accounting.report import read_summary
 from ecotrain.checkpoint import list_checkpoints, read_checkpoint
 from ecotrain.checkpoint.format import load_state_dict_file, unflatten
@@ -43,15 +44,15 @@ from ecotrain.data import ArraySource, DataBundle, load_data
 from ecotrain.core.device import resolve_device
 from ecotrain.data.sources import subset
 from ecotrain.data.builtin import read_csv
-from ecotrain.core.data_formats import FILES
+from ecotrain.base.data_formats import FILES
 from ecotrain.base.errors import CheckpointError, ConfigError, DataError, EcotrainError
 from ecotrain.base.log import log
 from ecotrain.methods import build_methods
 from ecotrain.methods.bn_domain import serving, use_domain
 from ecotrain.models import build_model
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
 from ecotrain.core.task import build_task
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 from ecotrain.base.runfiles import CHECKPOINTS, CONFIG, MODEL, SUMMARY
 
 SPLITS = ("test", "val", "train", "all")

@@ -11,7 +11,7 @@ import json
 import torch
 
 from ecotrain.base.errors import DataError
-from ecotrain.core.jsonfile import check_fields
+from ecotrain.base.jsonfile import check_fields
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,

@@ -13,7 +13,7 @@ import torch
 from torch.export import ExportedProgram
 
 from ecotrain.base import safefile
-from ecotrain.core import safeload
+from ecotrain.base import safeload
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.export.program import META_FILE, quiet_torch
 

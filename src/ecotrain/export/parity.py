@@ -44,7 +44,7 @@ for name in sys.argv[4].split(","):
     sys.modules[name] = None  # importing it fails: the program must run without it
 import torch
 from torch.utils._pytree import tree_leaves
-from ecotrain.core.safeload import load_pt2
+from ecotrain.base.safeload import load_pt2
 with open(sys.argv[1], "rb") as f:
     program, _ = load_pt2(f.read(), sys.argv[1])
 args, kwargs = torch.load(sys.argv[2], weights_only=True)

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import torch
 
-from ecotrain.core import contract
-from ecotrain.data.builtin import describe
+from ecotrain.export import contract
+from ecotrain.base.objects import describe
 from ecotrain.base.errors import ConfigError, DataError, EcotrainError
 from ecotrain.export import onnxfile
 from ecotrain.export.meta import DTYPES, check_meta, dims
 from ecotrain.export.program import load_pt2
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
-from ecotrain.core.userpath import user_path
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.userpath import user_path
 
 SUFFIXES = (".pt2", ".onnx")
 BATCH = 1024  # rows per call

@@ -33,7 +33,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from ecotrain.base import safefile
-from ecotrain.core import safeload
+from ecotrain.base import safeload
 from ecotrain.core.batch import leaves, tree_map
 from ecotrain.data.sources import iter_batches
 from ecotrain.base.errors import CheckpointError, ConfigError

@@ -19,8 +19,8 @@ from ecotrain.accounting import read_ledger
 from ecotrain.accounting.report import read_summary
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.jsonfile import LIMIT, RUN_FIX, read_json
-from ecotrain.seeds.sweep import GROUP_SUFFIX, read_group
+from ecotrain.base.jsonfile import LIMIT, RUN_FIX, read_json
+from ecotrain.base.groupfile import GROUP_SUFFIX, read_group
 from ecotrain.base.runfiles import CONFIG, ENVIRONMENT, LEDGER, MODEL, SUMMARY
 
 SUMMARY_FIELDS = {"name": str, "monitor": str, "best_val_metric": (float, None), "best_step": (int, None),

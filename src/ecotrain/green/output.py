@@ -13,8 +13,8 @@ from ecotrain.accounting.report import lower_is_better, table as text_table
 from ecotrain.config import load_config
 from ecotrain.report.page import e, fmt, img, page, table
 from ecotrain.report.plots import COLORS, figure, png
-from ecotrain.core.rundir import atomic_write, config_yaml, write_json
-from ecotrain.core.stats import pareto_front
+from ecotrain.base.rundir import atomic_write, config_yaml, write_json
+from ecotrain.base.stats import pareto_front
 
 COLUMNS = ["trial", "state", "cost_ratio", "val", "deficit", "feasible", "check_deficit", "overrides", "note"]
 

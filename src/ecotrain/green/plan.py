@@ -35,7 +35,7 @@ from ecotrain.accounting.energy import co2e_intensity
 from ecotrain.accounting.forecast import chosen_slots, intensity_at, parse_deadline, read_forecast
 from ecotrain.accounting.report import figure, read_ledger, read_summary
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.rundir import atomic_write, write_json
+from ecotrain.base.rundir import atomic_write, write_json
 from ecotrain.base.runfiles import SUMMARY
 
 SPOT_PRICE_RATIO = 0.35  # spot / on-demand: the big clouds' spot discounts are ~60-90%; a round, modest one
@@ -56,7 +56,7 @@ def _ratio(base: list[str], green: list[str], key: str) -> dict:
 def model_family(search, confirmation) -> dict:
     """Measured: the green recipe over the baseline in energy, CO2e and money."""
     if confirmation is not None:
-        from ecotrain.seeds.sweep import read_group
+        from ecotrain.base.groupfile import read_group
 
         base, green = read_group(confirmation.base_group), read_group(confirmation.green_group)
         how = f"measured: the confirmation on fresh seeds, {len(base)} paired runs per side, ratio of the means"

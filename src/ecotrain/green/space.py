@@ -21,7 +21,7 @@ from typing import Optional
 import yaml
 
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.data_formats import data_format
+from ecotrain.base.data_formats import data_format
 
 SAMPLES = (0.1, 0.5)  # fraction of the baseline's training samples, log-uniform: the cheap end is sampled most
 SAMPLES_MEASURED = (0.1, 1.0)  # a measured search: larger batches cost less per sample, so up to all of them

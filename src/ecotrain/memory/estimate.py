@@ -6,9 +6,9 @@ Activations are *measured*, not modelled: saved-tensor hooks record every tensor
 for backward during real forward passes (loss included, under the configured precision) of 1
 and 2 of the longest training samples, attributed to the model's blocks; the bytes are then
 extrapolated linearly to the configured micro-batch. With checkpointing, a checkpointed block
-keeps its input and what its policy keeps (memory/selective.py: attention outputs, or every matmul
+keeps its input and what its policy keeps (core/selective.py: attention outputs, or every matmul
 output), plus, during backward, one block's recomputed activations at a time; an offloaded block
-(memory/offload.py) keeps what offload leaves (storages under MIN_BYTES), plus, during backward, one
+(core/offload.py) keeps what offload leaves (storages under MIN_BYTES), plus, during backward, one
 block's restored activations at a time.
 Not counted: transient buffers of single ops, gradients of activations, the allocator's slack
 and the process's own footprint (the Python interpreter, torch's libraries).
@@ -28,9 +28,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ecotrain.data import load_data
-from ecotrain.memory.levers import find_blocks, select_modules
-from ecotrain.memory.offload import MIN_BYTES
-from ecotrain.memory.selective import ATTENTION_OPS, MATMUL_OPS
+from ecotrain.core.levers import find_blocks, select_modules
+from ecotrain.core.offload import MIN_BYTES
+from ecotrain.core.selective import ATTENTION_OPS, MATMUL_OPS
 from ecotrain.memory.planner import fmt_bytes
 from ecotrain.models import build_model
 from ecotrain.core.precision import Precision
@@ -72,7 +72,7 @@ def measure_saved(model: nn.Module, task, batch, precision, blocks: list[tuple[s
            "attention": {n: 0 for n, _ in blocks}, "matmul": {n: 0 for n, _ in blocks},
            "offloadable": {n: 0 for n, _ in blocks}}
 
-    class KeptOutputs(TorchDispatchMode):  # what the checkpoint policies keep (memory/selective.py)
+    class KeptOutputs(TorchDispatchMode):  # what the checkpoint policies keep (core/selective.py)
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
             if func in MATMUL_OPS and where["name"] is not None:

@@ -40,12 +40,12 @@ from ecotrain.core.device import host_peak_rss
 from ecotrain.core.distributed import under_torchrun
 from ecotrain.base.errors import EXIT_USAGE, ConfigError, EcotrainError
 from ecotrain.base.log import log
-from ecotrain.memory.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
+from ecotrain.core.chunked_loss import applies as chunked_loss_applies, apply_chunked_loss
 from ecotrain.memory.estimate import activations_at, optim_states, saved_profile
-from ecotrain.memory.levers import find_blocks, offload_targets, select_modules
+from ecotrain.core.levers import find_blocks, offload_targets, select_modules
 from ecotrain.memory.planner import Baseline, Candidate, Measured
 from ecotrain.models import build_model
-from ecotrain.core.orphans import parent_pipe
+from ecotrain.base.orphans import parent_pipe
 from ecotrain.core.precision import Precision
 from ecotrain.core.stepplan import eval_batch_size
 from ecotrain.core.task import build_task
@@ -85,7 +85,7 @@ def run_job(job: dict, ranks: int = 1) -> JobResult:
     try:
         (tmp / "job.json").write_text(json.dumps({**job, "ranks": ranks}))
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-        cmd = [sys.executable, "-m", "ecotrain.memory.worker", str(tmp), str(watch)]
+        cmd = [sys.executable, "-m", "ecotrain.assembly.memory_worker", str(tmp), str(watch)]
         t0 = time.perf_counter()
         if ranks == 1 and not under_torchrun():
             r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, pass_fds=(watch,))

@@ -1,15 +1,15 @@
 """`memory.budget`: measure a few exactly-equivalent plans and train with the fastest that fits.
 
 A plan combines levers that leave the maths of a step unchanged (`memory.budget_levers` may leave
-some out): which blocks are checkpointed (memory/levers.py: off, every K-th block, all) and under
-which per-op policy (memory/selective.py: `checkpoint` keeps attention outputs and recomputes the
+some out): which blocks are checkpointed (core/levers.py: off, every K-th block, all) and under
+which per-op policy (core/selective.py: `checkpoint` keeps attention outputs and recomputes the
 rest, `selective` keeps every matmul output and recomputes pointwise ops), whether the other blocks'
-saved activations are offloaded (memory/offload.py: host memory on CUDA, a file on CPU; lossless),
+saved activations are offloaded (core/offload.py: host memory on CUDA, a file on CPU; lossless),
 how many micro-batches the effective batch is cut into (exact accumulation:
 `loop.backward_micro_batches` normalises by the whole batch's units; the same count OOM recovery
-raises), whether the LM head and cross-entropy run over token chunks (memory/chunked_loss.py: the
+raises), whether the LM head and cross-entropy run over token chunks (core/chunked_loss.py: the
 logits never whole; equal within float rounding), whether the optimizer state leaves memory between
-steps (memory/optim_offload.py: bit-identical) and, only with `memory.allow_precision_change`, fp32
+steps (core/optim_offload.py: bit-identical) and, only with `memory.allow_precision_change`, fp32
 vs bf16 autocast and bf16 offload.
 Evaluation reads as many samples at a time as a training micro-batch (`memory.eval_batch_size`), and
 its peak is measured with the plan's: a plan fits when both do. In one process, when no plan fits
@@ -19,7 +19,7 @@ rank, on this machine) and its peak is the largest rank's; with the `shard` leve
 the levers above with the strategy, DDP, ZeRO-2 or FSDP (memory/shard.py: one search per strategy).
 
 Each measured plan runs a few real training steps of the real model and batch in a fresh process
-(memory/worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
+(assembly/memory_worker.py): on CPU, peak RSS (`ru_maxrss`) only ever grows within a process, so one
 process per plan is the only honest per-plan peak; on CUDA, the allocator's
 `max_memory_allocated`. The first measurement (no checkpointing, fewest micro-batches) also
 reports `ecotrain plan`'s saved-tensor estimate of every candidate's activations, calibrated on it
@@ -43,7 +43,7 @@ from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
 from ecotrain.base.units import fmt_bytes, parse_bytes  # noqa: F401  (the planner's sizes)
-from ecotrain.core.stats import pareto_front
+from ecotrain.base.stats import pareto_front
 from ecotrain.base.runfiles import MEMORY_PLAN
 
 PLAN_FILE = MEMORY_PLAN
@@ -69,7 +69,7 @@ class Candidate:
     micro_batches: int  # pieces of the effective batch (exact accumulation)
     precision: str
     n_checkpointed: int = 0  # blocks checkpointed (for ordering and display)
-    policy: str = "attention"  # what a checkpointed block keeps: "attention" or "matmuls" (memory/selective.py)
+    policy: str = "attention"  # what a checkpointed block keeps: "attention" or "matmuls" (core/selective.py)
     offload: str = "off"  # the other blocks' saved activations: "off", "on" (lossless) or "bf16"
     n_offloaded: int = 0  # blocks offloaded (for display)
     eval_batch: Optional[int] = None  # evaluation's batch (memory.eval_batch_size); None: the config's

@@ -1,7 +1,7 @@
 """`memory.budget` under torchrun: the plans are measured by N processes, and the strategy is a lever.
 
 A plan's peak under torchrun is per rank: each measurement starts a process group of N measuring
-workers on this machine (memory/worker.py, `group_env`: gloo on CPU, nccl on CUDA, a free port of
+workers on this machine (assembly/memory_worker.py, `group_env`: gloo on CPU, nccl on CUDA, a free port of
 its own) and the plan's peak is the largest rank's (measure.run_job). With `shard` in
 `memory.budget_levers` the plans combine the other levers with the strategy, from the least sharded:
 DDP (everything whole on every rank), ZeRO-2 (gradients and optimizer state sharded, parameters

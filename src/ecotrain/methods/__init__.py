@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 from ecotrain.config.methods import UserMethodConfig
-from ecotrain.data.builtin import describe, import_object
+from ecotrain.base.objects import describe, import_object
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.methods.base import Method, Methods, TrainedRuns
 

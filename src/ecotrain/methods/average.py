@@ -36,7 +36,7 @@ from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.methods.replay import check_pinned, file_digest, run_file
-from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.base.tensorfile import cpu_copy
 from ecotrain.base.runfiles import MODEL
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from ecotrain.base.log import log
 from ecotrain.methods.base import Method, TrainedRuns
 from ecotrain.methods.sampling import generator
 from ecotrain.methods.selective import per_sample_loss
-from ecotrain.core.userpath import user_path
+from ecotrain.base.userpath import user_path
 from ecotrain.base.runfiles import LEDGER, RunFiles
 
 _SALT = 7

@@ -60,8 +60,8 @@ from ecotrain.core.device import current_index, same_device
 from ecotrain.base.errors import CheckpointError, ConfigError
 from ecotrain.methods.base import Method
 from ecotrain.core.task import TARGET_KEYS, SequenceTask, logits_of
-from ecotrain.core.tensorfile import read_tensors
-from ecotrain.core.userpath import user_path
+from ecotrain.base.tensorfile import read_tensors
+from ecotrain.base.userpath import user_path
 from ecotrain.base.runfiles import EXPORT, RunFiles
 
 IGNORE = SequenceTask.IGNORE  # a target the loss skips

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from ecotrain.config import ModelConfig
-from ecotrain.data.builtin import import_object
+from ecotrain.base.objects import import_object
 from ecotrain.base.errors import ConfigError
 from ecotrain.models.causal_lm import causal_lm
 from ecotrain.models.charlm import CharLM

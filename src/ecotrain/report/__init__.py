@@ -24,7 +24,7 @@ from ecotrain.report.diagnosis import diagnose, diagnose_lm
 from ecotrain.report.memory_page import section
 from ecotrain.report.page import e
 from ecotrain.report.rundata import read_run
-from ecotrain.core.rundir import atomic_write, refuse_overwriting
+from ecotrain.base.rundir import atomic_write, refuse_overwriting
 from ecotrain.base.version import __version__
 from ecotrain.base.runfiles import REPORT
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ecotrain.memory.planner import fmt_bytes, from_record, pareto
 from ecotrain.report import page as P
 from ecotrain.report.plots import figure, png
-from ecotrain.core.rundir import atomic_write
+from ecotrain.base.rundir import atomic_write
 
 
 def plot(record: dict) -> str:

@@ -17,7 +17,7 @@ from typing import Optional
 from ecotrain.base import safefile
 from ecotrain.accounting.report import LEDGER_FIELDS, SUMMARY_STRINGS, check_numbers, check_readable
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.jsonfile import read_json
+from ecotrain.base.jsonfile import read_json
 from ecotrain.base.runfiles import CHECKPOINTS, CONFIG, ENVIRONMENT, LEDGER, METRICS, MLFLOW, SUMMARY
 
 

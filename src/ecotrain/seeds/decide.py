@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 from ecotrain.accounting.report import figure, lower_is_better, read_ledger, read_summary
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.rundir import write_json
-from ecotrain.core.stats import seeds_to_decide, sequential_interval, spread, verdict as verdict_of
+from ecotrain.base.rundir import write_json
+from ecotrain.base.stats import seeds_to_decide, sequential_interval, spread, verdict as verdict_of
 
 DEFAULT_MAX_SEEDS = 20
 

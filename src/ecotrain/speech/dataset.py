@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from ecotrain.base import safefile
 from ecotrain.data.sources import DataBundle
 from ecotrain.base.errors import DataError
-from ecotrain.core.rundir import write_json
+from ecotrain.base.rundir import write_json
 from ecotrain.speech.features import N_MELS, log_mel
 from ecotrain.speech.transcripts import WORDS, encode
 from ecotrain.speech.synth import Speaker, add_noise, espeak_version, render

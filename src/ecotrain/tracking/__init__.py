@@ -59,7 +59,7 @@ def run_callbacks(ctx: WingContext) -> list[Callback]:
 
 def after_finish(run, summary: dict) -> None:
     """Rank 0, after summary.json and ledger.json: environment.json, then each tracker's last upload."""
-    from ecotrain.core.environment import write_environment
+    from ecotrain.base.environment import write_environment
 
     write_environment(run.folder.path, run.bundle.content_hash, run.threads)
     for cb in run.cbs.callbacks:

@@ -28,7 +28,7 @@ from typing import Optional
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError
 from ecotrain.base.log import log
-from ecotrain.core.rundir import write_json
+from ecotrain.base.rundir import write_json
 from ecotrain.tracking.base import Tracker, flatten, numeric
 from ecotrain.base.runfiles import CHECKPOINTS, MLFLOW, MODEL, RunFiles
 

@@ -32,9 +32,9 @@ from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inp
                                      pt2_bytes, tensors_only, trace)
 from ecotrain.export.shipped import locate
 from ecotrain.export.inference import load_trained
-from ecotrain.core.jsonfile import read_json
+from ecotrain.base.jsonfile import read_json
 from ecotrain.methods.bn_domain import serving, use_domain
-from ecotrain.core.rundir import atomic_write, refuse_overwriting, write_json
+from ecotrain.base.rundir import atomic_write, refuse_overwriting, write_json
 from ecotrain.core.task import build_task
 from ecotrain.base.version import __version__
 

@@ -1,6 +1,6 @@
 """The arguments of continual updates' commands: update, versions, promote, rollback, canary, review-queue
 (docs/updates.md). Argparse only, no torch: imported to parse its command, before torch
-(ecotrain/cli/commands.py lists the commands); the bodies are in continual/cli_continual.py, imported when
+(ecotrain/cli/commands.py lists the commands); the bodies are in cli/continual.py, imported when
 one of the commands runs."""
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ from ecotrain.continual.gate import GatePolicy, decide
 from ecotrain.continual.registry import Registry
 from ecotrain.continual.router import accuracy as route_accuracy
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.tensorfile import save_weights
 from ecotrain.base.log import log
 from ecotrain.methods.average import averaged_model
-from ecotrain.core.rundir import write_json
+from ecotrain.base.rundir import write_json
 from ecotrain.speech import checks
 from ecotrain.speech.ctc import transcribe, word_error_rate
 from ecotrain.speech.dataset import SpeechData
-from ecotrain.speech.feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay, Trainer, cross_fit_check,
+from ecotrain.assembly.speech_feedback import (ADAPTER_TARGETS, FeedbackSettings, Replay, Trainer, cross_fit_check,
                                       label_accounting, make_incoming)
 from ecotrain.speech.transcripts import decode
 from ecotrain.speech.utterance_router import SpeechRouter

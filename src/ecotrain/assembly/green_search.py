@@ -59,9 +59,9 @@ from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError, PreemptedError
 from ecotrain.green import costmodel, space
 from ecotrain.green.pruner import Reporter, at, gap_pruner, higher_is_better, pace  # noqa: F401 (at, pace: re-exported)
-from ecotrain.core.jsonfile import RUN_FIX
+from ecotrain.base.jsonfile import RUN_FIX
 from ecotrain.base.log import log
-from ecotrain.core.stats import mean_ci
+from ecotrain.base.stats import mean_ci
 from ecotrain.assembly.trainer import fit
 from ecotrain.base.runfiles import METRICS, SUMMARY
 

@@ -1,6 +1,6 @@
 """The bodies of `ecotrain data speech-digits --out DIR` (make the dataset) and
 `ecotrain speech-feedback RECIPE [overrides] --out DIR` (base + feedback rounds; docs/speech.md).
-speech/commands.py parses their arguments; cli/program.py imports this module when one of them runs."""
+cli/speech_args.py parses their arguments; cli/program.py imports this module when one of them runs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError
-from ecotrain.core.rundir import file_in_the_way
+from ecotrain.base.rundir import file_in_the_way
 from ecotrain.speech.dataset import default_spec, generate, load
-from ecotrain.speech.feedback import FeedbackSettings
-from ecotrain.speech.rounds import run, summary_figures, table
+from ecotrain.assembly.speech_feedback import FeedbackSettings
+from ecotrain.assembly.speech_rounds import run, summary_figures, table
 
 
 def cmd_data(args, ctx) -> int:

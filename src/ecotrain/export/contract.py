@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ecotrain.base import safefile
-from ecotrain.data.builtin import checked_tensors, csv_columns, describe, read_csv
+from ecotrain.base.objects import describe
+from ecotrain.data.builtin import checked_tensors, csv_columns, read_csv
 from ecotrain.base.errors import DataError, EcotrainError
 from ecotrain.base.log import log
 

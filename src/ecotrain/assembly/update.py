@@ -34,19 +34,19 @@ from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict
 from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
                                         read_incoming, recent_split)
 from ecotrain.continual.labels import contradicted, contradictions, load_label_map
-from ecotrain.continual.lm import is_lm, register_lm_run, update_lm
+from ecotrain.assembly.update_lm import is_lm, register_lm_run, update_lm
 from ecotrain.continual.registry import Slice, file_hash
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.serve import ROUTER_FILE, Deployment, router_sample, writestored_router_sample
 from ecotrain.continual.versions import (LOAD_ONLY_SKIP, Outcome, build_bare, check_trained, lineage, settler,  # noqa: F401
                                          load_version_model)
 from ecotrain.base.errors import ConfigError, DataError
-from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.tensorfile import save_weights
 from ecotrain.export.inference import load_trained
 from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
-from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.base.tensorfile import cpu_copy
 from ecotrain.assembly.trainer import fit
 from ecotrain.base.runfiles import CONFIG, EXPORT, MODEL
 
@@ -111,7 +111,7 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
     reg = open_registry(registry)
     base = base_of(reg, registry, base)
     base_meta = reg.read_meta(base)  # verified: a damaged base is one line, before any work
-    if is_lm(base_meta):  # a language model: token data, perplexity gate (continual/lm.py)
+    if is_lm(base_meta):  # a language model: token data, perplexity gate (assembly/update_lm.py)
         return update_lm(reg, base, base_meta, data, overrides, opts, preemption)
     if base_meta.get("cohort") is not None:
         raise ConfigError(f"{base} is cohort {base_meta['cohort']}'s version; update from the base version "
@@ -292,7 +292,7 @@ def register_run(registry: str | Path, run: str | Path, slice_name: Optional[str
     trained = load_trained(run, "cpu")  # config, weights, the run's data: one line for anything missing
     if trained.prefix or not (run / MODEL).is_file():
         raise ConfigError(f"{run}: give a finished run folder (config.yaml + model.safetensors), not a checkpoint")
-    if trained.is_lm:  # a language model: token windows, perplexity (continual/lm.py)
+    if trained.is_lm:  # a language model: token windows, perplexity (assembly/update_lm.py)
         return register_lm_run(reg, run, trained, slice_name, data)
     if trained.bundle.num_classes is None:
         raise ConfigError(f"{run}: the registry holds classifiers and language models; this run is neither")

@@ -1,5 +1,5 @@
 """The bodies of continual updates' commands: update, versions, promote, rollback, canary, review-queue
-(docs/updates.md). continual/commands.py parses their arguments; cli/program.py imports this module when one
+(docs/updates.md). cli/continual_args.py parses their arguments; cli/program.py imports this module when one
 of them runs. Each handler takes `(args, ctx)`: `ctx` is the CLI's CommandContext, whose
 `preemption` (the stop-signal handler) `update` trains under."""
 
@@ -13,7 +13,7 @@ from ecotrain.continual.gate import GatePolicy
 from ecotrain.continual.registry import format_table, promote, rollback
 from ecotrain.continual.registry_mlflow import open_registry
 from ecotrain.continual.review import review_queue
-from ecotrain.continual.update import UpdateOptions, register_run, update
+from ecotrain.assembly.update import UpdateOptions, register_run, update
 from ecotrain.base.errors import ConfigError
 
 
@@ -43,7 +43,7 @@ def cmd_update(args, ctx) -> int:
                          average=average, hold=args.hold)
     out = update(args.registry, args.base, args.data, args.overrides, opts, ctx.preemption)
     m = out.meta["metrics"]
-    if out.meta.get("task") == "language_model":  # perplexities, lower is better (continual/lm.py)
+    if out.meta.get("task") == "language_model":  # perplexities, lower is better (assembly/update_lm.py)
         before = m["base"]["tasks"]
         for t, p in m["tasks"].items():
             print(f"{t}: perplexity {before[t]:.4f} -> {p:.4f}")

@@ -1,7 +1,7 @@
 """CLI: `ecotrain data speech-digits --out DIR` (make the dataset) and
 `ecotrain speech-feedback RECIPE [overrides] --out DIR` (base + feedback rounds; docs/speech.md):
 their arguments, argparse only, no torch: imported to parse its command, before torch
-(ecotrain/cli/commands.py lists the commands). The bodies are in speech/cli_speech.py, imported when one of
+(ecotrain/cli/commands.py lists the commands). The bodies are in cli/speech.py, imported when one of
 the commands runs."""
 
 from __future__ import annotations

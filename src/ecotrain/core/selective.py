@@ -1,7 +1,7 @@
 """What a checkpointed block keeps: the per-op policies of selective recompute.
 
 `torch.utils.checkpoint` with `create_selective_checkpoint_contexts` asks a policy, op by op, whether
-the op's output is saved in the forward or recomputed in the backward (memory/levers.py applies it
+the op's output is saved in the forward or recomputed in the backward (core/levers.py applies it
 per block). Two policies, `memory.checkpoint_policy`:
 
     attention  keep the fused attention kernels' outputs, recompute everything else (the whole block

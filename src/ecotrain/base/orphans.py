@@ -1,7 +1,7 @@
 """Child processes end with their parent and leave nothing behind.
 
 A child whose parent is killed (SIGKILL, the OOM killer, a scheduler's kill) is not told by default:
-a measuring worker (memory/worker.py) would train on as an orphan and keep its temporary folder.
+a measuring worker (assembly/memory_worker.py) would train on as an orphan and keep its temporary folder.
 
 - `die_with_parent(sig)`, in the child: on Linux the kernel sends `sig` when the parent ends
   (PR_SET_PDEATHSIG, via ctypes). A no-op elsewhere. The DataLoader's workers use it with SIGKILL

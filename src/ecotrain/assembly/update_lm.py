@@ -46,15 +46,15 @@ from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
 from ecotrain.data.tokenizer import tokenizer_text
-from ecotrain.core.data_formats import data_format
+from ecotrain.base.data_formats import data_format
 from ecotrain.base.errors import CheckpointError, ConfigError, DataError, EcotrainError
-from ecotrain.core.tensorfile import save_weights
+from ecotrain.base.tensorfile import save_weights
 from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
 from ecotrain.methods.average import averaged_model
 from ecotrain.methods.replay import IGNORE, reservoir_vectorised, token_rows
 from ecotrain.core.task import logits_of
-from ecotrain.core.tensorfile import cpu_copy
+from ecotrain.base.tensorfile import cpu_copy
 from ecotrain.assembly.trainer import fit
 from ecotrain.base.runfiles import EXPORT, MODEL, TOKENIZER
 

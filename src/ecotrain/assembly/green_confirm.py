@@ -21,8 +21,9 @@ from ecotrain.config import load_config
 from ecotrain.assembly.entry import fit_recipe
 from ecotrain.accounting.report import figure, lower_is_better, read_ledger, read_summary
 from ecotrain.base.errors import ConfigError, PreemptedError
-from ecotrain.core.stats import Interval, diff_ci
-from ecotrain.seeds.sweep import fit_seeds, group_paths, parse_seeds, read_group
+from ecotrain.base.stats import Interval, diff_ci
+from ecotrain.base.groupfile import group_paths, read_group
+from ecotrain.seeds.sweep import fit_seeds, parse_seeds
 
 
 @dataclass

@@ -4,9 +4,9 @@ Checkpointing replaces a block's `forward` on the instance with one that runs it
 `torch.utils.checkpoint` (non-reentrant): the module, its class and its state_dict keys stay the
 same (no wrapper module, no `__getattr__` proxy), and gradients are exactly those of the plain
 model because the recomputation replays the same RNG and autocast state. It is selective, per op
-(memory/selective.py, `memory.checkpoint_policy`): `attention` keeps the fused attention kernels'
+(core/selective.py, `memory.checkpoint_policy`): `attention` keeps the fused attention kernels'
 outputs and recomputes the rest; `matmuls` keeps every matmul output and recomputes pointwise ops.
-Activation offload (memory/offload.py, `memory.activation_offload`) moves the saved tensors of the
+Activation offload (core/offload.py, `memory.activation_offload`) moves the saved tensors of the
 blocks not checkpointed to host memory or a file.
 
 OOM recovery doubles the number of micro-batches of the effective batch: the micro-batch halves,
@@ -34,10 +34,10 @@ from ecotrain.base import safefile
 from ecotrain.core.batch import batch_size
 from ecotrain.base.log import log
 from ecotrain.base.errors import ConfigError, EcotrainError
-from ecotrain.memory.chunked_loss import apply_chunked_loss
-from ecotrain.memory.offload import apply_offload
-from ecotrain.memory.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
-from ecotrain.core.rundir import atomic_write
+from ecotrain.core.chunked_loss import apply_chunked_loss
+from ecotrain.core.offload import apply_offload
+from ecotrain.core.selective import ATTENTION_OPS, context_fn  # noqa: F401 (ATTENTION_OPS re-exported)
+from ecotrain.base.rundir import atomic_write
 from ecotrain.base.runfiles import MICRO_BATCHES
 
 
@@ -104,7 +104,7 @@ def _checkpointed(forward: Callable, policy: str) -> Callable:
 
 
 def apply_activation_checkpointing(model: nn.Module, spec, policy: str = "attention") -> list[str]:
-    """Checkpoint the modules `spec` selects, in place, keeping what `policy` keeps (memory/selective.py);
+    """Checkpoint the modules `spec` selects, in place, keeping what `policy` keeps (core/selective.py);
     returns their names."""
     chosen = select_modules(model, spec)
     for _, mod in chosen:

@@ -6,7 +6,7 @@ moves them out after each step and back before the next, through the optimizer's
 (`register_step_pre_hook` / `register_step_post_hook`; no patched `step`):
 
 - CPU: each state tensor is written to one file in the run folder (opened and unlinked at once,
-  memory/offload.py's `FileStore`: `pwrite`, no memory mapping, so the bytes leave the process's
+  core/offload.py's `FileStore`: `pwrite`, no memory mapping, so the bytes leave the process's
   RSS for the page cache) and read back into a fresh tensor before the step. The step runs on the
   CPU, where it always did.
 - CUDA: copied to pinned host memory (non-blocking, on the compute stream, so the copy back is
@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 
 from ecotrain.base.errors import ConfigError
-from ecotrain.memory.offload import MIN_BYTES, FileStore
+from ecotrain.core.offload import MIN_BYTES, FileStore
 
 
 class _Out:

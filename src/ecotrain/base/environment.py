@@ -54,7 +54,7 @@ def capture(dataset_hash: Optional[str] = None, cwd: Optional[Path] = None, thre
 
 def write_environment(run_dir: Path, dataset_hash: Optional[str] = None, threads=None) -> dict:
     """Capture the environment and write it as `run_dir/environment.json` (atomic)."""
-    from ecotrain.core.rundir import write_json
+    from ecotrain.base.rundir import write_json
 
     env = capture(dataset_hash, threads=threads)
     write_json(RunFiles(run_dir).environment, env)

@@ -1,7 +1,7 @@
 """The measuring process of the memory planner (memory.measure.run_job starts it): a few real steps
 of a candidate plan through `fit()` itself, printing the peak and step time as one JSON line.
 
-    python -m ecotrain.memory.worker FOLDER [FD]   (FOLDER/job.json: the job; FD: the parent's pipe)
+    python -m ecotrain.assembly.memory_worker FOLDER [FD]   (FOLDER/job.json: the job; FD: the parent's pipe)
 
 A program on top of the trainer, so the planner itself (memplan_measure) never imports `fit`.
 
@@ -35,7 +35,7 @@ from ecotrain.core.loop import evaluate
 from ecotrain.memory.measure import estimates, peak_rss, rss_now
 from ecotrain.memory.estimate import optim_states
 from ecotrain.memory.shard import strategy_bytes
-from ecotrain.core.orphans import watch_parent
+from ecotrain.base.orphans import watch_parent
 from ecotrain.assembly.trainer import fit
 
 

@@ -1,6 +1,6 @@
 """`ecotrain green RECIPE`'s arguments (docs/green.md). Argparse only, no torch: imported to parse the
 command, before torch (ecotrain/cli/commands.py lists the commands). The body, search, choice on validation,
-confirmation on fresh seeds and what it cost, is green/cli_green.py, imported when the command runs."""
+confirmation on fresh seeds and what it cost, is cli/green.py, imported when the command runs."""
 
 from __future__ import annotations
 

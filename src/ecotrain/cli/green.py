@@ -1,5 +1,5 @@
 """`ecotrain green RECIPE`: search, choose on validation, confirm on fresh seeds, say what it cost
-(docs/green.md). green/commands.py parses the arguments; cli/program.py imports this module when the command
+(docs/green.md). cli/green_args.py parses the arguments; cli/program.py imports this module when the command
 runs."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 from ecotrain.config import load_config
 from ecotrain.config.carbon import cli_overrides
 from ecotrain.base.errors import ConfigError
-from ecotrain.green import confirm as confirm_mod
+from ecotrain.assembly import green_confirm as confirm_mod
 from ecotrain.green import costmodel
 from ecotrain.green import output
 from ecotrain.green import plan as plan_mod
-from ecotrain.green.commands import confirm_seeds
-from ecotrain.green.search import BY, Options, run_search
-from ecotrain.core.rundir import write_json
+from ecotrain.cli.green_args import confirm_seeds
+from ecotrain.assembly.green_search import BY, Options, run_search
+from ecotrain.base.rundir import write_json
 from ecotrain.seeds.sweep import parse_seeds
 from ecotrain.assembly.trainer import fit
 

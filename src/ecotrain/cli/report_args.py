@@ -4,7 +4,7 @@ torch (ecotrain/cli/commands.py lists the commands); the handlers are in cli/rec
 
 from __future__ import annotations
 
-from ecotrain.accounting.commands import COST_FIGURES
+from ecotrain.cli.accounting_args import COST_FIGURES
 
 
 def report(rp) -> None:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save, save_file
 
 from ecotrain.base import safefile
 from ecotrain.base.errors import CheckpointError
-from ecotrain.core.rundir import atomic_write
+from ecotrain.base.rundir import atomic_write
 from ecotrain.base.fsnames import native_name
 
 ALIASES = "ecotrain.aliases"
