@@ -13,7 +13,7 @@ import torch
 
 from ecotrain import Callback, fit
 from ecotrain.config import build_config
-from ecotrain.data.sources import MapSource, item_seeds
+from ecotrain.data.sources import MapSource, Subset, seeded
 from ecotrain.base.errors import DataError
 
 
@@ -59,18 +59,22 @@ def _children() -> set[int]:
     return out
 
 
-def test_item_seeds_fix_each_item_and_leave_the_global_generators_alone():
+def test_seeded_items_fix_each_item_and_leave_the_global_generators_alone():
     src = MapSource(Noisy(40))
     idx = torch.tensor([3, 7, 1])
     before = torch.get_rng_state()
-    with item_seeds(1, 2):
-        a, _ = src.take(idx)
-        b, _ = src.take(idx.flip(0))
+    a, _ = seeded(src, 1, 2).take(idx)
+    b, _ = seeded(src, 1, 2).take(idx.flip(0))
     assert torch.equal(torch.get_rng_state(), before)  # dropout in the training process sees no reseeding
     assert torch.equal(a, b.flip(0))  # an item's noise depends on its index, not its place in the batch
-    with item_seeds(1, 3):
-        c, _ = src.take(idx)
+    c, _ = seeded(src, 1, 3).take(idx)
     assert not torch.equal(a, c)  # a new epoch, new augmentation
+    d, _ = src.take(idx)
+    e, _ = src.take(idx)
+    assert not torch.equal(d, e)  # unseeded (evaluation, probes): the global generators as they run
+    part = Subset(src, torch.tensor([10, 3, 7, 1]))
+    f, _ = seeded(part, 1, 2).take(torch.tensor([1, 2, 3]))  # a Subset of a Dataset: its base's items seeded
+    assert torch.equal(f, a)
 
 
 class SigtermAt(Callback):

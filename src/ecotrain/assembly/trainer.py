@@ -17,6 +17,7 @@ from ecotrain.core import distributed, loop, threads
 from ecotrain.core import resume as resume_mod
 from ecotrain.assembly.assemble import RunOptions, UserParts, assemble
 from ecotrain.core.loop import make_evaluate
+from ecotrain.data.loader import Feed
 from ecotrain.callbacks import Callback
 from ecotrain.checkpoint.snapshot import load_model_weights
 from ecotrain.base.log import log
@@ -134,7 +135,7 @@ def _fit(cfg: Config, dist, parts: UserParts, opts: RunOptions, preemption: Pree
     preemption.watch(cfg.preemption)  # a notice file or endpoint, polled in a thread (preemption.py)
     try:
         try:
-            loop.train(state, run.sampler, run.source, run.cbs, run.augment, make_evaluate(run.bundle))
+            loop.train(state, Feed(state, run.sampler, run.source), run.cbs, run.augment, make_evaluate(run.bundle))
         except BaseException as exc:
             run.cbs.on_exception(state, exc)
             if isinstance(exc, (Exception, SystemExit)):  # where in training it failed, for the CLI's one line (cli/program)

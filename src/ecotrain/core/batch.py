@@ -146,3 +146,18 @@ def describe(batch: Any, depth: int = 0) -> str:
     if isinstance(batch, (tuple, list)):
         return f"{type(batch).__name__}(" + ", ".join(describe(v, depth + 1) for v in batch[:6]) + ")"
     return type(batch).__name__
+
+
+def iter_batches(source, batch_size: int):
+    """A split in order, as batches (evaluation): a source's own order where it has one (`in_order`: a
+    user's loader), contiguous views of in-memory arrays (`take_range`), else `take` over consecutive
+    indices. Any object with `take` and `len` is a source here: the engine names no data class."""
+    in_order = getattr(source, "in_order", None)
+    if in_order is not None:
+        yield from in_order(batch_size)
+        return
+    take_range = getattr(source, "take_range", None)
+    n = len(source)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        yield take_range(start, stop) if take_range else source.take(torch.arange(start, stop))

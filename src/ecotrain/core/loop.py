@@ -13,9 +13,7 @@ import time
 import torch
 
 from ecotrain.base import startup
-from ecotrain.core.batch import MicroBatches, split, to_device
-from ecotrain.data.loader import Feed
-from ecotrain.data.sources import iter_batches
+from ecotrain.core.batch import MicroBatches, iter_batches, split, to_device
 from ecotrain.core.distributed import one_gather
 from ecotrain.base.errors import EcotrainError
 from ecotrain.core.levers import is_oom, recover_from_oom
@@ -140,8 +138,9 @@ def set_train_mode(state) -> None:
         state.methods.train_mode(state.model)
 
 
-def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
-    """Run until a budget is spent or a callback asks to stop. Resumes from `state`'s position."""
+def train(state, feed, cbs, augment, evaluate_fn) -> None:
+    """Run until a budget is spent or a callback asks to stop. Resumes from `state`'s position. `feed`
+    (data/loader.py's Feed, built by the assembly) yields each epoch's batches from a position."""
     cfg = state.config.loop
     per_step_schedule = state.config.schedule.interval == "step"
     on_device = state.device.type != "cpu"
@@ -153,7 +152,6 @@ def train(state, sampler, source, cbs, augment, evaluate_fn) -> None:
     gc.freeze()  # set-up objects (modules, imports) leave the GC's scans until the loop ends
     gc.disable()  # tensors die by refcount; automatic collections mid-step cost ~5% on small models
     state.segment_start = time.perf_counter()
-    feed = Feed(state, sampler, source)
     try:
         while not state.should_stop:
             state.rewound = False

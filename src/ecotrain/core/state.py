@@ -17,13 +17,13 @@ import torch
 from torch import nn
 
 from ecotrain.config import Config
-from ecotrain.data.sources import LoaderSource
 from ecotrain.core.distributed import Dist
 from ecotrain.core.objective import Objective
 from ecotrain.core.precision import Precision
 from ecotrain.core.stepplan import StepPlan
 
 if TYPE_CHECKING:  # the methods' floor sits above this one: the type only, never the import
+    from ecotrain.data.sources import LoaderSource  # data/ sits beside the engine: the type only
     from ecotrain.methods.base import Methods
 
 
@@ -70,7 +70,7 @@ class TrainState:
     run_dir: Optional[Path] = None
     dist: Dist = field(default_factory=Dist)  # distributed.py; the one-process Dist when not under torchrun
     methods: Optional[Methods] = None
-    data_source: Optional[LoaderSource] = None  # a user's loader: its state and its own RNG ride in the checkpoint
+    data_source: Optional["LoaderSource"] = None  # a user's loader: its state and its own RNG ride in the checkpoint
     plan: Optional[StepPlan] = None  # how a step is cut (stepplan.py); assemble resolves it, None: from the config
 
     # position

@@ -5,7 +5,7 @@ whose workers run `source.take` ahead of the loop.
 The DataLoader is fed the sampler's batches as its batch sampler, so the order is still a function
 of (seed, epoch) and a resume starts at the saved batch index: the position needs no loader state
 (why not torchdata's StatefulDataLoader: docs/data.md). Workers fetch a batch with the items
-seeded by (seed, epoch, sample index) (`sources.item_seeds`), so 0, 1 or 4 workers give the same
+seeded by (seed, epoch, sample index) (`sources.seeded`), so 0, 1 or 4 workers give the same
 batches. The feed also owns two figures: the seconds the loop waited for data (a `Counters`
 field, summed over resumed segments) and the throughput shown by the progress bar, with one
 "input-bound" warning when the wait is too large a share of the time.
@@ -24,7 +24,7 @@ from ecotrain.core.batch import MicroBatches, batch_size, describe as describe_b
 from ecotrain.base.objects import describe
 from ecotrain.data.items import item_shapes
 from ecotrain.data import sources
-from ecotrain.data.sources import ArraySource, LoaderSource, MapSource, item_seeds
+from ecotrain.data.sources import LoaderSource, MapSource, seeded
 from ecotrain.base.errors import DataError, EcotrainError
 from ecotrain.base.log import log
 from ecotrain.base.orphans import die_with_parent
@@ -65,8 +65,7 @@ class Feed:
         return self._workers(epoch, start)
 
     def _inline(self, epoch: int, start: int):
-        clock, take, key = time.perf_counter, self.source.take, (self.seed, epoch)
-        seeded = not isinstance(self.source, ArraySource)  # in-memory arrays have no items to seed
+        clock, take = time.perf_counter, seeded(self.source, self.seed, epoch).take  # a Dataset's items seeded
         skipping = self.cfg.on_bad_shard == "skip"  # damaged samples may leave a batch short
         wait, samples, count = self._carry  # a window spans epochs: an epoch may be shorter than one
         try:
@@ -74,14 +73,7 @@ class Feed:
                 t = clock()
                 self.last_items = idx
                 try:
-                    if seeded:
-                        sources._item_key = key  # item_seeds() without a context manager's cost
-                        try:
-                            batch = take(idx)
-                        finally:
-                            sources._item_key = None
-                    else:
-                        batch = take(idx)
+                    batch = take(idx)
                 except EcotrainError:
                     raise
                 except Exception as exc:  # the user's __getitem__ or the collation of its items
@@ -275,8 +267,7 @@ class _TakeBatch(torch.utils.data.Dataset):
 
     def __getitems__(self, tagged):
         epoch, idx = tagged
-        with item_seeds(self.seed, epoch):
-            batch = self.source.take(torch.as_tensor(idx))
+        batch = seeded(self.source, self.seed, epoch).take(torch.as_tensor(idx))
         # idx goes back as the list it came as (see _EpochBatches); with it the damaged samples left out
         return idx, batch, sources.dropped(self.source)
 

@@ -5,15 +5,15 @@ map-style `torch.utils.data.Dataset`, its items of any structure (tuples, dicts,
 through `MapSource` with `default_collate`; a user's `DataLoader` (or one built around an
 `IterableDataset`) through `LoaderSource`, read in its own order. Nothing reads a user Dataset
 whole: labels come from its `labels`/`targets` attribute when a feature needs them, and its
-fingerprint from its length and a fixed sample of items (`data.fingerprint` overrides). While the loader
-fetches a training batch (`item_seeds`), each item of a user Dataset is read with the global
-generators seeded by (seed, epoch, sample index): random augmentation in `__getitem__` is then the
-same in the training process and in any loader worker, whichever worker reads the item.
+fingerprint from its length and a fixed sample of items (`data.fingerprint` overrides). The loader
+fetches a training batch through `seeded(source, seed, epoch)`: each item of a user Dataset is read
+with the global generators seeded by (seed, epoch, sample index), so random augmentation in
+`__getitem__` is the same in the training process and in any loader worker, whichever worker reads
+the item. Evaluation reads a split in order with `core.batch.iter_batches`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import random
@@ -29,20 +29,6 @@ from ecotrain.core.batch import batch_size as batch_size_of
 from ecotrain.base.errors import DataError
 from ecotrain.base.log import log
 from ecotrain.core.task import TARGET_KEYS
-
-_item_key: Optional[tuple[int, int]] = None  # (seed, epoch) while a training batch is fetched
-
-
-@contextlib.contextmanager
-def item_seeds(seed: int, epoch: int):
-    """Within this block, `MapSource.take` seeds each item by (seed, epoch, index)."""
-    global _item_key
-    saved, _item_key = _item_key, (seed, epoch)
-    try:
-        yield
-    finally:
-        _item_key = saved
-
 
 def item_seed(seed: int, epoch: int, index: int) -> int:
     """A 63-bit seed that differs for every (seed, epoch, index): splitmix64's constants."""
@@ -155,9 +141,7 @@ class MapSource:
         return len(self.ds)  # type: ignore[arg-type]
 
     def take(self, idx):
-        if _item_key is None:
-            return default_collate([self.ds[i] for i in idx.tolist()])
-        return default_collate(_seeded_items(self.ds, idx.tolist(), *_item_key))
+        return default_collate([self.ds[i] for i in idx.tolist()])
 
     def has_labels(self) -> bool:
         """Labels are cheap: an attribute of the dataset, no item read."""
@@ -248,6 +232,13 @@ class LoaderSource:
         else:
             self.epoch_start = self._states()
         return self.read(iter, self.loader), False
+
+    def in_order(self, batch_size: int):
+        """The loader's own batches, in its order, up to `limit` samples (evaluation: core.batch.iter_batches)."""
+        it, seen = self.read(iter, self.loader), 0
+        while (self.limit is None or seen < self.limit) and (batch := self.read(next, it, None)) is not None:
+            seen += batch_size_of(batch)
+            yield batch
 
     def read(self, fn, *args):
         """`fn(*args)` (iter or next on the loader) with torch's global generator swapped for the
@@ -363,20 +354,29 @@ def replay_warning(loader) -> Optional[str]:
     return None
 
 
-def iter_batches(source, batch_size: int):
-    """A split in order, as batches (evaluation): contiguous views of in-memory arrays, a user
-    loader's own batches, else `take` over consecutive indices."""
-    if isinstance(source, LoaderSource):
-        it, seen = source.read(iter, source.loader), 0
-        while (source.limit is None or seen < source.limit) and (batch := source.read(next, it, None)) is not None:
-            seen += batch_size_of(batch)
-            yield batch
-        return
-    take_range = getattr(source, "take_range", None)
-    n = len(source)
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        yield take_range(start, stop) if take_range else source.take(torch.arange(start, stop))
+class _SeededItems:
+    """A user Dataset's training reads: each item with its own seed (`seeded`)."""
+
+    def __init__(self, source: "MapSource", seed: int, epoch: int):
+        self.source, self.seed, self.epoch = source, seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def take(self, idx):
+        return default_collate(_seeded_items(self.source.ds, idx.tolist(), self.seed, self.epoch))
+
+
+def seeded(source, seed: int, epoch: int):
+    """`source` as the loader reads it for training in `epoch`: a user Dataset's items (a MapSource,
+    or a Subset of one) each read with the generators seeded by (seed, epoch, index); any other source
+    as it is (in-memory arrays and files have no per-item randomness). Passed in, not set aside in a
+    global: a worker and the training process read alike because they are handed the same view."""
+    if isinstance(source, MapSource):
+        return _SeededItems(source, seed, epoch)
+    if isinstance(source, Subset):
+        return Subset(seeded(source.base, seed, epoch), source.indices)
+    return source
 
 
 def subset(base, indices: torch.Tensor):

@@ -35,7 +35,7 @@ from torch.export import Dim, ExportedProgram
 from ecotrain.base import safefile
 from ecotrain.base import safeload
 from ecotrain.core.batch import leaves, tree_map
-from ecotrain.data.sources import iter_batches
+from ecotrain.core.batch import iter_batches
 from ecotrain.base.errors import CheckpointError, ConfigError
 
 SEQUENCE_TASKS = ("language_model", "sequence")  # inputs [batch, T]: T is dynamic too
