@@ -3,8 +3,8 @@ of docs/architecture.md, the arrows that point up a floor, the circles, imports 
 across modules, and a few sizes.
 
     python tools/imports.py          prints the figures; exit 1 on a circle, a core module importing a
-                                     wing, a floor arrow or private import not in KNOWN below, or a
-                                     module in base/, core/ or assembly/ of another floor (misplaced)
+                                     wing, a floor arrow or private import not in KNOWN below, a module
+                                     of no floor, or two folders that import each other
                                      (tests/unit/test_layers.py asserts the same)
 """
 
@@ -242,7 +242,7 @@ def main() -> int:
     print(f"RESULT circles={len(circ)} floor_violations={len(up)} private_imports={len(private)} "
           f"core_to_wing={len(back)} folder_pairs={len(pairs)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
           f"function_level_imports={own_lazy} largest_module_lines={sizes[biggest]}")
-    return 1 if circ or back or new or unplaced or wrong else 0
+    return 1 if circ or back or new or unplaced or wrong or pairs else 0
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ function-level imports included (tools/imports.py reads the graph from the sourc
 
 from pathlib import Path
 
-from tools.imports import (KNOWN, SRC, circles, core_to_wing, floor_violations, graph, misplaced, private_imports,
-                           type_only)
+from tools.imports import (KNOWN, SRC, circles, core_to_wing, floor_violations, folder_pairs, graph, misplaced,
+                           private_imports, type_only)
 
 
 def test_the_core_imports_no_wing_and_nothing_imports_in_a_circle():
@@ -92,3 +92,23 @@ def test_the_documented_floor_picture_is_the_checked_one():
                 if name and name not in ("bench", "examples"):
                     floors.setdefault(current, set()).add(name)
     assert floors == {f: set(names) for f, names in FLOORS.items()}
+
+
+def test_no_two_folders_import_each_other():
+    edges, _ = graph()
+    assert folder_pairs(edges, type_only()) == {}
+
+
+def test_the_check_catches_two_folders_that_lean_on_each_other(tmp_path):
+    """core/ importing data/ inside a function (data/ imports core/): the pair is named with its arrows;
+    under `if TYPE_CHECKING:` the same import is a type only and not counted."""
+    import shutil
+
+    copy = tmp_path / "ecotrain"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    loop = copy / "core" / "loop.py"
+    loop.write_text(loop.read_text() + "\n\ndef _peek():\n    from ecotrain.data.loader import Feed\n    return Feed\n")
+    edges, _ = graph(Path(copy))
+    pairs = folder_pairs(edges, type_only(Path(copy)))
+    assert list(pairs) == [("core", "data")]
+    assert ("ecotrain.core.loop", "ecotrain.data.loader") in pairs[("core", "data")]
