@@ -14,7 +14,7 @@ LEFT = {"report/page.py"}  # class="checkpoints": an HTML section's class, not t
 
 
 def test_only_runfiles_names_the_run_files_but_the_listed_modules():
-    quoted = re.compile("|".join(f'"{re.escape(n)}"' for n in NAMES))
+    quoted = re.compile("|".join(f"[\"']{re.escape(n)}[\"']" for n in NAMES))  # either quote
     naming = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p.name != "runfiles.py" and quoted.search(p.read_text())}
     assert naming - LEFT == set(), "name run files through ecotrain.base.runfiles (RunFiles(run).summary, runfiles.SUMMARY)"
 

@@ -46,7 +46,7 @@ class Run:
         """Why there is no ledger: turned off, or a file that is gone."""
         if (self.config.get("ledger") or {}).get("enabled", True) is False:
             return "the run had ledger.enabled=false"
-        return f"{self.path / 'ledger.json'} is missing (restore it to state the training cost)"
+        return f"{self.path / LEDGER} is missing (restore it to state the training cost)"
 
 
 @dataclass
@@ -72,10 +72,10 @@ def read_run(path: str | Path) -> Run:
     try:
         config = yaml.safe_load(safefile.read_text(path / CONFIG, "run config", LIMIT, fix=RUN_FIX))
     except (OSError, yaml.YAMLError) as exc:  # a FIFO, a device, a file too big, not UTF-8: safefile's one line
-        raise ConfigError(f"{path / 'config.yaml'}: not readable ({exc}); restore it, or run the training again") \
+        raise ConfigError(f"{path / CONFIG}: not readable ({exc}); restore it, or run the training again") \
             from None
     if not isinstance(config, dict):
-        raise ConfigError(f"{path / 'config.yaml'}: not a config; restore it, or run the training again")
+        raise ConfigError(f"{path / CONFIG}: not a config; restore it, or run the training again")
     summary = read_summary(path, SUMMARY_FIELDS)
     ledger = read_ledger(path) if (path / LEDGER).is_file() else None
     env = path / ENVIRONMENT

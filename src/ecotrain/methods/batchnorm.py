@@ -320,7 +320,7 @@ def _why(gap: float, batch: int) -> str:
 
 # -- ecotrain bn-report RUN ---------------------------------------------------------------------
 def read_report(run_dir) -> dict:
-    """summary.json's `methods.batchnorm` section of a finished run, or one clear ConfigError."""
+    """The run summary's `methods.batchnorm` section of a finished run, or one clear ConfigError."""
     run = Path(run_dir)
     path = RunFiles(run).summary
     if not run.is_dir():
