@@ -130,3 +130,23 @@ def test_chunked_loss_under_zero3_is_refused_in_one_line_and_zero2_allowed():
         load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=fsdp"])
     cfg = load_config("recipes/lm_small.yaml", ["memory.chunked_loss=on", "distributed.strategy=zero2"])
     assert cfg.memory.chunked_loss == "on" and not cfg.distributed.fsdp.reshard_after_forward
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_head_of_any_hf_causal_lm_is_found_and_its_gradients_match(arch):
+    """transformers' models keep their head as `hf.lm_head`: found through get_output_embeddings(),
+    and the chunked loss through the real HF forward gives the whole-logits gradients."""
+    pytest.importorskip("transformers")
+    from ecotrain.models.causal_lm import causal_lm
+
+    torch.manual_seed(0)
+    ref = causal_lm(arch, vocab_size=61, max_len=32, d_model=32, n_layers=1, n_heads=4)
+    model = copy.deepcopy(ref)
+    assert find_head(model) is model.hf.get_output_embeddings()
+    apply_chunked_loss(model, 9)
+    x = torch.randint(0, 61, (2, 20))
+    y = torch.randint(0, 61, (2, 20))
+    l0, g0 = _grads(ref, x, y, False)
+    l1, g1 = _grads(model, x, y, True)
+    assert _rel(l1, l0) <= 1e-5
+    assert max(_rel(g1[n], g0[n]) for n in g0) <= 1e-5

@@ -51,15 +51,26 @@ def is_head_input(out) -> bool:
 
 
 def find_head(model: nn.Module) -> nn.Linear:
-    """The vocabulary projection: an nn.Linear named head / lm_head / output on the model (or its
-    `.model`); else one line saying what to do."""
-    for owner in (model, getattr(model, "model", None)):
+    """The vocabulary projection: what a Hugging Face model's `get_output_embeddings()` names (any HF
+    causal LM, on the model or the module it wraps: `.hf`, `.model`), else an nn.Linear named head /
+    lm_head / output there; else one line saying what to do."""
+    owners = [o for o in (model, getattr(model, "hf", None), getattr(model, "model", None)) if isinstance(o, nn.Module)]
+    for owner in owners:
+        get = getattr(owner, "get_output_embeddings", None)
+        try:
+            mod = get() if callable(get) else None
+        except (NotImplementedError, AttributeError, TypeError):  # a base class that has none
+            mod = None
+        if isinstance(mod, nn.Linear):
+            return mod
+    for owner in owners:
         for name in HEAD_NAMES:
-            mod = getattr(owner, name, None) if owner is not None else None
+            mod = getattr(owner, name, None)
             if isinstance(mod, nn.Linear):
                 return mod
-    raise ConfigError("memory.chunked_loss: the model has no nn.Linear named head, lm_head or output (its "
-                      "vocabulary projection) whose output is the logits; set memory.chunked_loss=off")
+    raise ConfigError("memory.chunked_loss: the model has no vocabulary projection ecotrain can find (neither "
+                      "get_output_embeddings() nor an nn.Linear named head, lm_head or output) whose output is the "
+                      "logits; set memory.chunked_loss=off")
 
 
 def apply_chunked_loss(model: nn.Module, chunk: int) -> nn.Linear:
