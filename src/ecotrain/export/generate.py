@@ -11,8 +11,11 @@ on its own: its text depends on its own tokens and the seed only, never on the o
 
 Decoding: greedy (the most likely token, the first of a tie) by default; `--sample` draws from the
 softmax of logits / T, kept to the K most likely when --top-k is given, with a generator seeded by
---seed (default 0) and the prompt's tokens, afresh for each prompt: the same seed gives the same text. No KV cache: each new
-token is one forward pass over the window. A prompt must fit the model's context (its `max_len`);
+--seed (default 0) and the prompt's tokens, afresh for each prompt: the same seed gives the same text. An eager
+transformers model (`model.name: causal_lm`) keeps transformers' own KV cache: the prompt is one
+forward pass, then each new token one pass over that token alone; other models (nanoGPT, charlm, an
+exported program) run one pass over the window per token. The two give the same tokens (greedy: the
+same text; tests/unit/test_generate_cache.py). A prompt must fit the model's context (its `max_len`);
 when prompt and continuation outgrow it, the window slides (the oldest tokens are dropped, as
 nanoGPT's sample.py does) and the record says how many were dropped. Generation stops after N new
 tokens or at the tokenizer's end-of-document token, when the model's vocabulary has it.
@@ -25,6 +28,7 @@ Every bad input is one line, exit 2, before the model runs.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -45,7 +49,7 @@ from ecotrain.base.log import log
 from ecotrain.base.rundir import atomic_write, refuse_overwriting
 from ecotrain.base.userpath import user_path
 
-MAX_NEW_TOKENS = 100_000  # without a KV cache each token is a pass over the window: beyond this, call again
+MAX_NEW_TOKENS = 100_000  # past the context each token is a pass over the window: beyond this, call again
 DEFAULT_NEW_TOKENS = 100
 MAX_SEED = 2**63 - 1
 FORMATS = ("text", "jsonl")
@@ -76,6 +80,7 @@ class LanguageModel:
     vocab: Optional[int]  # ids it knows (None: not said; the logits say it)
     tokenizer: object
     where: str
+    cached: Optional[Callable] = None  # an eager transformers model: `hf(input_ids, cache, use_cache)`
 
 
 def decoding_from(args) -> Decoding:
@@ -151,22 +156,58 @@ def encode(lm: LanguageModel, where: str, text: str) -> list[int]:
     return ids
 
 
-def next_logits(lm: LanguageModel, window: list[int]) -> torch.Tensor:
+def _checked(lm: LanguageModel, call: Callable, n: int) -> tuple[torch.Tensor, object]:
+    """The last position's logits (float64) of `call()` and what else it returned (a KV cache)."""
     try:
-        out = lm.fn(torch.tensor([window], dtype=torch.long))
+        out = call()
     except EcotrainError:
         raise
     except Exception as exc:  # an exported program's guard, onnxruntime's refusal
-        raise DataError(f"predict: {lm.where} refused {len(window)} token ids ({describe(exc)})") from None
+        raise DataError(f"predict: {lm.where} refused {n} token ids ({describe(exc)})") from None
+    past = getattr(out, "cache", None)  # transformers >= 5; `past_key_values` before
+    past = getattr(out, "past_key_values", None) if past is None else past
     out = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", out)
     if not isinstance(out, torch.Tensor) or out.dim() != 3:
         raise ConfigError(f"predict: {lm.where} returns {tuple(getattr(out, 'shape', ()))}, not logits "
                           "[batch, tokens, vocabulary]")
     logits = out[0, -1].double()
     if not bool(torch.isfinite(logits).all()):
-        raise EcotrainError(f"predict: {lm.where} returns NaN/Inf logits after {len(window)} tokens; the weights "
+        raise EcotrainError(f"predict: {lm.where} returns NaN/Inf logits after {n} tokens; the weights "
                             "are damaged or diverged (ecotrain eval shows the test loss)")
-    return logits
+    return logits, past
+
+
+def next_logits(lm: LanguageModel, window: list[int]) -> torch.Tensor:
+    return _checked(lm, lambda: lm.fn(torch.tensor([window], dtype=torch.long)), len(window))[0]
+
+
+class Stepper:
+    """Next-token logits for a growing sequence. With `lm.cached` (an eager transformers model) the KV
+    cache carries the past: the prompt is one pass, each new token a pass over itself. Once the
+    sequence outgrows the context the window slides, every position moves, and each step is a pass
+    over the window again (as without a cache)."""
+
+    def __init__(self, lm: LanguageModel, use_cache: bool = True):
+        self.lm, self.past, self.fed = lm, None, 0
+        self.use_cache = use_cache and lm.cached is not None
+        if self.use_cache:  # the cache's keyword: `cache` (transformers >= 5), `past_key_values` before it
+            params = inspect.signature(lm.cached.forward).parameters
+            self.key = "cache" if "cache" in params else "past_key_values"
+
+    def __call__(self, seq: list[int]) -> torch.Tensor:
+        lm = self.lm
+        if not self.use_cache or len(seq) > lm.context:
+            self.past = None
+            return next_logits(lm, seq[-lm.context:])
+        if self.past is not None and self.fed == len(seq) - 1:
+            new = torch.tensor([seq[-1:]], dtype=torch.long)
+            logits, self.past = _checked(lm, lambda: lm.cached(input_ids=new, use_cache=True,
+                                                               **{self.key: self.past}), len(seq))
+        else:
+            ids = torch.tensor([seq], dtype=torch.long)
+            logits, self.past = _checked(lm, lambda: lm.cached(input_ids=ids, use_cache=True), len(seq))
+        self.fed = len(seq)
+        return logits
 
 
 def choose(logits: torch.Tensor, how: Decoding, gen: Optional[torch.Generator]) -> int:
@@ -187,15 +228,16 @@ def prompt_seed(seed: int, ids: list[int]) -> int:
 
 
 @torch.inference_mode()
-def continue_prompt(lm: LanguageModel, ids: list[int], how: Decoding) -> dict:
+def continue_prompt(lm: LanguageModel, ids: list[int], how: Decoding, use_cache: bool = True) -> dict:
     """The new ids, why generation stopped, and how many old tokens the sliding window dropped."""
     gen = torch.Generator().manual_seed(prompt_seed(how.seed, ids)) if how.sample else None
+    step = Stepper(lm, use_cache)
     seq, new = list(ids), []
     eod = getattr(lm.tokenizer, "eod", None)
     eod = eod if eod is not None and (lm.vocab is None or eod < lm.vocab) else None
     stopped = "max_new_tokens"
     for _ in range(how.max_new_tokens):
-        token = choose(next_logits(lm, seq[-lm.context:]), how, gen)
+        token = choose(step(seq), how, gen)
         seq.append(token)
         new.append(token)
         if token == eod:
@@ -215,7 +257,9 @@ def from_run(target: str, tokenizer: Optional[str]) -> LanguageModel:
         raise ConfigError(f"predict: {target} has no tokenizer (its data, {trained.config.data.name}, came without "
                           "tokenizer.json); give --tokenizer FILE, the tokenizer.json its tokens were made with")
     context = context_length(trained.model) or int(trained.bundle.input_shape[0])
-    return LanguageModel(trained.model, context, trained.bundle.num_classes, tok, str(target))
+    hf = getattr(trained.model, "hf", None)  # models/causal_lm.py: transformers' model, which keeps a KV cache
+    cached = hf if hf is not None and callable(getattr(hf, "prepare_inputs_for_generation", None)) else None
+    return LanguageModel(trained.model, context, trained.bundle.num_classes, tok, str(target), cached)
 
 
 def from_export(path: Path, fn, meta: dict, extra: dict, tokenizer: Optional[str]) -> LanguageModel:
