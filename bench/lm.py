@@ -34,7 +34,9 @@ tokens per second against a hand-written nanoGPT-style loop on the same model an
    sequence lengths and batch sizes export checks (1 token, about half the window; export.json).
 
 Ends with `RESULT models_ok=K/N tied_resume_identical=true|false ppl_test=... tokens_per_s_vs_hand=...
-tokens_per_s=... flops_per_token=... recipe_dict_dataset=true|false budget_fill=... forgetting_ppl_ratio=... export_parity_max=...`. `--quick`: the nanoGPT model alone, tiny schedules, one round,
+tokens_per_s=... flops_per_token=... recipe_dict_dataset=true|false budget_fill=... forgetting_ppl_ratio=... export_parity_max=... generate_tokens_per_s_vs_nocache=... generate_same_text=true|false`
+(generation: `generation`, lm_small's GPT-2 continuing a 32-token prompt by 96 tokens, with transformers'
+KV cache and with one pass over the window per token, interleaved rounds, the median ratio). `--quick`: the nanoGPT model alone, tiny schedules, one round,
 no run of the shipped recipe (the figures then only show that the bench runs).
 """
 
@@ -257,6 +259,34 @@ def export_parity(root: Path, names: list[str]) -> float | None:
     return worst
 
 
+def generation(rounds: int, new_tokens: int) -> tuple[float, bool]:
+    """(median tokens/s with transformers' KV cache over tokens/s with one pass over the window per token,
+    the same greedy tokens both ways) on lm_small's GPT-2 (random weights: speed does not depend on them),
+    a 32-token prompt, interleaved rounds, one thread."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ecotrain.export.generate import Decoding, LanguageModel, continue_prompt
+    from ecotrain.models.causal_lm import causal_lm
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = causal_lm("gpt2", vocab_size=256, max_len=128, d_model=128, n_layers=2, n_heads=4).eval()
+    lm = LanguageModel(model, 128, 256, SimpleNamespace(eod=None), "lm_small", cached=model.hf)
+    prompt, how = list(range(40, 72)), Decoding(max_new_tokens=new_tokens)
+    ratios, same = [], True
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        a = continue_prompt(lm, prompt, how)
+        t1 = time.perf_counter()
+        b = continue_prompt(lm, prompt, how, use_cache=False)
+        t2 = time.perf_counter()
+        ratios.append((t2 - t1) / (t1 - t0))  # tokens/s with the cache over without: the same tokens each
+        same = same and a == b
+    return statistics.median(ratios), same
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny schedules, one round: checks the bench runs")
@@ -285,6 +315,7 @@ def main() -> None:
     ratios, last = speed(1 if quick else args.rounds, 20 if quick else 200, 64 if quick else 128, 8 if quick else 16,
                          60000 if quick else 400000)
     print("tokens/s ratio per round (ecotrain / hand-written):", " ".join(f"{x:.3f}" for x in ratios))
+    gen_ratio, gen_same = generation(1 if quick else 5, 16 if quick else 96)
     ok = sum(r["loss_falls"] and r["resume_identical"] for r in rows)
     tied = all(r["resume_identical"] for r in rows if r["name"] in TIED)
     print(f"RESULT models_ok={ok}/{len(rows)} tied_resume_identical={str(tied).lower()} "
@@ -293,6 +324,7 @@ def main() -> None:
           f"recipe_dict_dataset={str(dicts_ok).lower()} budget_fill={fill if fill is None else f'{fill:.3f}'} "
           f"forgetting_ppl_ratio={ratio if ratio is None else f'{ratio:.4f}'}"
           f" export_parity_max={parity if parity is None else f'{parity:.3g}'}"
+          f" generate_tokens_per_s_vs_nocache={gen_ratio:.2f} generate_same_text={str(gen_same).lower()}"
           + ("" if quick else f" forgetting_ppl_ratio_naive={naive if naive is None else f'{naive:.4f}'}"))
 
 
