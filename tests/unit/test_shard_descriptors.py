@@ -102,3 +102,49 @@ def test_parquet_shards_keep_to_the_same_budget(tmp_path):
 
 def _fds():
     return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+
+
+def test_thousands_of_token_files_train_under_a_low_ulimit(tmp_path):
+    """1,500 .bin token files as one stream under `ulimit -n 96`: every file's ids checked at start-up and
+    windows read across them (a map holds a descriptor: they are kept to the budget, data/tokens.py)."""
+    import numpy as np
+
+    (tmp_path / "t").mkdir()
+    for i in range(1_500):
+        (tmp_path / "t" / f"t-{i:05d}.bin").write_bytes((np.arange(40) % 50).astype("uint16").tobytes())
+    (tmp_path / "r.yaml").write_text(f"""\
+name: many-tokens
+data: {{name: "shards:{tmp_path / 't'}/t-*.bin", kwargs: {{seq_len: 16, dtype: uint16, vocab_size: 50}},
+        batch_size: 64, val_split: 0.05, test_split: 0.0}}
+model: {{name: charlm, kwargs: {{d_model: 16, n_layers: 1, n_heads: 2}}}}
+loop: {{max_steps: 4, max_epochs: null, log_every: 2, eval_every: 4}}
+logging: {{progress: "off"}}
+ledger: {{energy: "off"}}
+""")
+    r = subprocess.run([sys.executable, "-m", "ecotrain", "fit", str(tmp_path / "r.yaml"), "--run-dir",
+                        str(tmp_path / "run"), "--quiet"], cwd=ROOT, preexec_fn=_low(96), capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_token_file_map_is_dropped_beyond_the_budget(tmp_path):
+    import numpy as np
+
+    from ecotrain.data import tokens
+
+    files = []
+    for i in range(12):
+        p = tmp_path / f"f{i}.bin"
+        p.write_bytes(np.full(10, i, dtype="uint16").tobytes())
+        files.append(tokens.TokenFile(p, "uint16"))
+    old = tokens._MAPS.limit
+    tokens._MAPS.limit = 4
+    try:
+        before = _fds()
+        assert [int(f.arr[3]) for f in files] == list(range(12))
+        assert len(tokens._MAPS) == 4
+        assert before is None or _fds() <= before + 4
+    finally:
+        tokens._MAPS.limit = old
+        tokens._MAPS.close()

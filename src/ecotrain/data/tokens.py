@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ecotrain.config.tokens import MAX_BYTES_PER_TOKEN, SIDECAR, TokensMeta, TokensOptions, parse
+from ecotrain.data.openfiles import OpenFiles
 from ecotrain.data.packing import document_mask, mask_boundaries
 from ecotrain.data.shards import expand, is_pattern
 from ecotrain.data.sources import DataBundle
@@ -80,9 +81,25 @@ def _header(path: Path, size: int) -> Optional[tuple[str, int, int]]:
     return dtype, n, vocab
 
 
+def _map(f: "TokenFile") -> np.memmap:
+    try:
+        return np.memmap(safefile.regular(f.path, "token file", error=DataError), dtype=f.dtype, mode="r",
+                         offset=f.offset, shape=(f.n,))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{f.path}: cannot map the token file ({exc})") from None
+
+
+# Every token file's map in this process, the most recently read few kept (data/openfiles.py): a map holds
+# a descriptor (Python's mmap keeps a duplicate), so 1,500 files mapped at once fail under `ulimit -n 1024`.
+# Dropping a map from the budget drops its last reference once no window taken from it is alive (the windows
+# are copies), which unmaps it and closes its descriptor.
+_MAPS = OpenFiles(_map, lambda m: None)
+
+
 class TokenFile:
-    """One `.bin` file of `dtype` ids (after llm.c's header, when it has one), memory-mapped when first
-    read (again in a process it is sent to). `dtype` None: the header's, else refused."""
+    """One `.bin` file of `dtype` ids (after llm.c's header, when it has one), memory-mapped when read,
+    under the process's descriptor budget (`_MAPS`; again in a process it is sent to). `dtype` None: the
+    header's, else refused."""
 
     def __init__(self, path: Path, dtype: Optional[str], where: str = "data.kwargs.dtype"):
         self.path = Path(path)
@@ -99,7 +116,7 @@ class TokenFile:
             if dtype is not None and dtype != hdtype:
                 raise DataError(f"{self.path}: its llm.c header says {hdtype} ids, but {where} says {dtype}; "
                                 "drop the setting (the header decides) or give files of one dtype")
-            self.dtype, self.offset, self._arr = np.dtype(hdtype), HEADER_INTS * 4, None
+            self.dtype, self.offset = np.dtype(hdtype), HEADER_INTS * 4
             return
         if dtype is None:
             raise DataError(f"data.kwargs.dtype: required for token files without {SIDECAR} ({self.path}; "
@@ -110,20 +127,11 @@ class TokenFile:
             raise DataError(f"{self.path}: {self.size:,} bytes is not a whole number of {dtype} ids ({width} bytes "
                             f"each); the file is truncated or holds another dtype (data.kwargs.dtype)")
         self.n = self.size // width
-        self._arr: Optional[np.memmap] = None
 
     @property
     def arr(self) -> np.memmap:
-        if self._arr is None:
-            try:
-                self._arr = np.memmap(safefile.regular(self.path, "token file", error=DataError), dtype=self.dtype,
-                                      mode="r", offset=self.offset, shape=(self.n,))
-            except (OSError, ValueError) as exc:
-                raise DataError(f"{self.path}: cannot map the token file ({exc})") from None
-        return self._arr
-
-    def __getstate__(self) -> dict:
-        return dict(self.__dict__, _arr=None)  # a memmap pickles as a copy of the whole file: map it again
+        """The file's ids, mapped (a read-only view: take copies of what you keep)."""
+        return _MAPS.get(self)
 
     def still_whole(self) -> None:
         """Reading a mapped page past a file's end is SIGBUS (no error, a dead process): a file cut
