@@ -33,7 +33,7 @@ import torch
 
 from ecotrain.config import load_config
 from ecotrain.base.log import setup_cli_logging
-from ecotrain.cli.speech import data_folder
+from ecotrain.cli.commands.speech_feedback import data_folder
 from ecotrain.assembly.speech_feedback import FeedbackSettings
 from ecotrain.assembly.speech_rounds import (NO_COHORT, REPLAYS, final_figures, rejections_correct, run, summary_figures,
                                     table)

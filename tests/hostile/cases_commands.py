@@ -77,7 +77,7 @@ CASES += [
 ]
 
 
-# ---- the continual registry: update, versions, promote, rollback, review-queue (cli/continual_args.py) ----
+# ---- the continual registry: update, versions, promote, rollback, review-queue (cli/commands/update.py, versions.py, ...) ----
 _REGISTRY: dict[str, Path] = {}
 
 
@@ -122,7 +122,7 @@ CASES += [
 ]
 
 
-# ---- speech (cli/speech_args.py): refused before any espeak-ng generation or training ----
+# ---- speech (cli/commands/data.py, speech_feedback.py): refused before any espeak-ng generation or training ----
 SPEECH_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "speech_feedback.yaml"
 SPEECH = write("speech.yaml", SPEECH_RECIPE.read_text())
 FEEDBACK = ["speech-feedback", "{tmp}/speech.yaml", "--out", "{tmp}/out", "data.kwargs.folder={tmp}/sd"]

@@ -71,7 +71,7 @@ def test_no_home_folder_trains_without_a_cache_and_says_so_once(tmp_path):
 
 
 def test_no_home_folder_error_boundary_writes_error_log_to_a_private_temp_folder(tmp_path):
-    p = homeless(tmp_path, "card", tmp_path, fail="ecotrain.export.card:cmd_card")
+    p = homeless(tmp_path, "card", tmp_path, fail="ecotrain.cli.commands.card:run")
     line = one_error_line(p)
     assert p.returncode == 1
     assert "card failed: ZeroDivisionError: division by zero" in line
@@ -108,7 +108,7 @@ def test_a_run_folder_named_in_no_utf8_gets_its_card(odd_run, locale):
 
 @pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
 def test_the_error_boundary_survives_an_undecodable_argument(tmp_path, locale):
-    p = homeless(tmp_path, "card", os.fsencode(tmp_path) + b"/run-\xff", fail="ecotrain.export.card:cmd_card",
+    p = homeless(tmp_path, "card", os.fsencode(tmp_path) + b"/run-\xff", fail="ecotrain.cli.commands.card:run",
                  locale=locale)
     line = one_error_line(p)
     assert p.returncode == 1

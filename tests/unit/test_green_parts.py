@@ -9,7 +9,7 @@ import pytest
 from ecotrain.config import load_config
 from ecotrain.base.errors import ConfigError
 from ecotrain.green import space
-from ecotrain.cli.green_args import confirm_seeds
+from ecotrain.cli.commands.green import confirm_seeds
 from ecotrain.assembly.green_confirm import check_seeds, payback_runs
 from ecotrain.green.output import pareto
 from ecotrain.assembly.green_search import Row, at, gap_pruner, load_factor, pace, skip_reason

@@ -18,7 +18,7 @@ def test_importing_the_cli_imports_nothing_heavy():
 
 def test_the_training_path_imports_no_sympy():
     # sympy (~0.4 s) is for reading .pt2 shape expressions (safeload.py) only: a fit's start-up must not pay it
-    code = ("import sys, ecotrain.assembly.trainer, ecotrain.assembly.entry, ecotrain.checkpoint, ecotrain.cli.fit\n"
+    code = ("import sys, ecotrain.assembly.trainer, ecotrain.assembly.entry, ecotrain.checkpoint, ecotrain.cli.commands.fit\n"
             "assert 'sympy' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

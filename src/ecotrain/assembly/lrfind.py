@@ -33,7 +33,7 @@ from ecotrain.core.seeding import deterministic_algorithms, seed_everything
 
 
 def cmd_lr_find(args, ctx) -> int:
-    """`ecotrain lr-find RECIPE [overrides]` (cli/program.py parses the arguments; `ctx`: its CommandContext)."""
+    """`ecotrain lr-find RECIPE [overrides]` (cli/commands/lr_find.py: its arguments; `ctx`: cli/program.py's CommandContext)."""
     cfg = load_config(args.recipe, args.overrides)
     if args.steps < 10:
         raise ConfigError(f"--steps {args.steps}: at least 10 steps are needed to find a slope")

@@ -34,22 +34,22 @@ class _Version(argparse.Action):
 
 
 def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """Every command of commands.COMMANDS with its help; its arguments, from its owner's module, only for
-    the command `argv` names (all of them without `argv`): `ecotrain --help` imports no command's module,
-    `ecotrain fit` only fit's."""
+    """Every command of commands.COMMANDS (one module each, cli/commands/) with its help; its arguments only
+    for the command `argv` names (all of them without `argv`). The command modules import nothing heavy:
+    `ecotrain --help` and `ecotrain CMD --help` import no torch."""
     p = argparse.ArgumentParser(prog="ecotrain", description="Train PyTorch models in production.")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
     named = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for command in COMMANDS:
-        parser = sub.add_parser(command.name, help=command.help)
-        if argv is None or command.name == named:  # argv's first word: ecotrain's own flags take no value
-            command.add_arguments(parser)
+        parser = sub.add_parser(command.NAME, help=command.HELP)
+        if argv is None or command.NAME == named:  # argv's first word: ecotrain's own flags take no value
+            command.arguments(parser)
     return p
 
 
 class CommandContext:
-    """What a command's handler gets besides its arguments, `handler(args, ctx)`: no handler reads the
+    """What a command's `run` gets besides its arguments, `run(args, ctx)`: no command reads the
     CLI's globals. `preemption` is the stop-signal handler main() installed (None when _main runs on
     its own)."""
 
@@ -69,13 +69,12 @@ class CommandContext:
 
 
 def _dispatch(args) -> int:
-    """Run the command's handler. Its module is imported here, the one place, and only now: the
-    handlers' modules import torch at their top, and `ecotrain --help`, the parser and the signal
-    handler must start without it (docs/architecture.md)."""
-    handler = BY_NAME[args.command].handler()
+    """Run the command's `run(args, ctx)`. What it needs (torch, the assembly) it imports itself, now and
+    not before: `ecotrain --help`, the parser and the signal handler start without it (docs/architecture.md)."""
+    command = BY_NAME[args.command]
     if args.command not in TRAINS:  # a training command's loop resumes the collector (startup.py)
         startup.resume()
-    return handler(args, CommandContext(_PREEMPTION))
+    return command.run(args, CommandContext(_PREEMPTION))
 
 
 # Set by CommandContext.trained when this process trained under torchrun with several ranks: its files are closed and
@@ -129,7 +128,7 @@ def _main(argv: list[str] | None = None) -> int:
         if _PREEMPTION.requested:  # a signal during start-up
             print("ecotrain: interrupted", file=sys.stderr)
             return 130
-    try:  # the handler's module is imported in here: a failure or Ctrl-C while importing meets the boundary too
+    try:  # the command's run() imports what it needs in here: a failure or Ctrl-C while importing meets the boundary too
         return _dispatch(args)
     except EcotrainError as exc:
         _say(f"ecotrain: error: {exc}")

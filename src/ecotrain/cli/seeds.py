@@ -1,7 +1,7 @@
 """`ecotrain fit RECIPE --seeds S [--baseline BASE [--until-decided]]`: seed groups and paired comparisons.
 
-cli/fit.py hands these over (`fit_seed_groups`), so a plain `fit` never imports this module's (sweep,
-decide, compare) before its first step. `trainer(recipe)` is cli/fit.py's: it returns
+cli/commands/fit.py hands these over (`fit_seed_groups`), so a plain `fit` never imports this module's (sweep,
+decide, compare) before its first step. `trainer(recipe)` is cli/commands/fit.py's: it returns
 `one(overrides, run_dir, resume=, overwrite=) -> exit code`, one run of the recipe.
 """
 

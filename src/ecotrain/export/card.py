@@ -23,7 +23,7 @@ import yaml
 
 from ecotrain.base import safefile
 from ecotrain.base.errors import ConfigError, EcotrainError
-from ecotrain.export.shipped import Run, Shipped, locate
+from ecotrain.export.shipped import Run, Shipped
 from ecotrain.base.fsnames import shown
 from ecotrain.base.rundir import atomic_write, refuse_overwriting
 from ecotrain.base.stats import mean_ci
@@ -328,16 +328,6 @@ def write_card(shipped: Shipped, out: Path) -> Path:
     # a run folder's name need not be UTF-8 (a surrogate would not encode): its bytes are written \xNN
     atomic_write(out, shown(card_text(shipped, read_exports(out.parent))).encode())
     return out
-
-
-def cmd_card(args, ctx) -> int:
-    shipped = locate(args.run)
-    path = write_card(shipped, Path(args.out) if args.out else shipped.run.path / "README.md")
-    ctx.committed()
-    co2, note = emissions(shipped)
-    said = f"{co2['emissions']:.4g} gCO2e ({note})" if co2 else f"CO2e {note}"
-    print(f"model card: {path} ({said})" + (f"; {repeated_note(shipped)}" if shipped.repeated else ""))
-    return 0
 
 
 # -- a language model ---------------------------------------------------------------------------

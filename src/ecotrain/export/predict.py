@@ -117,7 +117,7 @@ def predict_exported(model_path, data: list[str], out) -> tuple[int, Path]:
 
 
 def cmd_predict_exported(args, ctx) -> int:
-    """`ecotrain predict MODEL.pt2|.onnx` (cli.models.cmd_predict hands an exported file here)."""
+    """`ecotrain predict MODEL.pt2|.onnx` (cli/commands/predict.py's run hands an exported file here)."""
     for flag in ("split", "registry", "cohort", "domain"):
         if getattr(args, flag, None) is not None:
             raise ConfigError(f"--{flag}: not with an exported model ({args.target}); it is one program, given "

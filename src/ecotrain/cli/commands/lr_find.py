@@ -1,10 +1,14 @@
-"""`ecotrain lr-find RECIPE`'s arguments. Argparse only, no torch: imported to parse the command, before
-torch (ecotrain/cli/commands.py lists the commands); the range test is lrfind.py, imported when it runs."""
+"""`ecotrain lr-find RECIPE`: the LR range test, a plot and a suggested peak LR; writes no run folder
+(assembly/lrfind.py runs it)."""
 
 from __future__ import annotations
 
+NAME = "lr-find"
+HELP = "LR range test: a plot and a suggested peak LR (writes no run folder)"
+TRAINS = False
 
-def lr_find(lr) -> None:
+
+def arguments(lr) -> None:
     lr.add_argument("recipe")
     lr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.batch_size=200")
     lr.add_argument("--steps", type=int, default=200, help="optimizer steps of the sweep (default 200)")
@@ -14,3 +18,9 @@ def lr_find(lr) -> None:
     lr.add_argument("--diverge", type=float, default=4.0, help="stop once the smoothed loss exceeds this "
                     "times its minimum (default 4)")
     lr.add_argument("--out", help="plot path (default runs/<name>-lrfind.png; the curve beside it as .json)")
+
+
+def run(args, ctx) -> int:
+    from ecotrain.assembly.lrfind import cmd_lr_find  # imports torch: here, never for --help
+
+    return cmd_lr_find(args, ctx)

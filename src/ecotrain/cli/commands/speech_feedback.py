@@ -1,33 +1,28 @@
-"""The bodies of `ecotrain data speech-digits --out DIR` (make the dataset) and
-`ecotrain speech-feedback RECIPE [overrides] --out DIR` (base + feedback rounds; docs/speech.md).
-cli/speech_args.py parses their arguments; cli/program.py imports this module when one of them runs."""
+"""`ecotrain speech-feedback RECIPE [overrides] --out DIR`: a speech model's base version and feedback rounds
+from new voices, gated (assembly/speech_rounds.py; docs/speech.md)."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-from ecotrain.config import load_config
-from ecotrain.base.errors import ConfigError
-from ecotrain.base.rundir import file_in_the_way
-from ecotrain.speech.dataset import default_spec, generate, load
-from ecotrain.assembly.speech_feedback import FeedbackSettings
-from ecotrain.assembly.speech_rounds import run, summary_figures, table
+NAME = "speech-feedback"
+HELP = "speech model: a base version and feedback rounds from new voices, gated (docs/speech.md)"
+TRAINS = False
 
 
-def cmd_data(args, ctx) -> int:
-    if not args.scale > 0:
-        raise ConfigError(f"--scale: must be above 0 (got {args.scale})")
-    t = time.perf_counter()
-    out = generate(Path(args.out), default_spec(args.seed, args.scale))
-    n = len(load(out).rows)
-    print(f"{out}: {n} utterances ({time.perf_counter() - t:.1f} s)")
-    return 0
+def arguments(f) -> None:
+    f.add_argument("recipe", help="e.g. recipes/speech_feedback.yaml")
+    f.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.kwargs.feedback.rounds=[accent_de]")
+    f.add_argument("--out", required=True, help="work folder: runs, registries, review queues, results.json")
+    f.add_argument("--progress", action="store_true", help="show each run's progress")
 
 
 def data_folder(cfg, settings=None):
     """The recipe's dataset, made (or found in its cache folder) from data.kwargs; `settings`' cohorts
     are checked against the spec first, so a misspelt round costs no generation."""
+    from pathlib import Path
+
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.speech.dataset import default_spec, generate, load
+
     kw = cfg.data.kwargs
     folder = kw.get("folder")
     if not folder:
@@ -43,13 +38,21 @@ def data_folder(cfg, settings=None):
     return load(generate(Path(folder), spec))
 
 
-def cmd_feedback(args, ctx) -> int:
+def run(args, ctx) -> int:
+    from pathlib import Path
+
+    from ecotrain.assembly.speech_feedback import FeedbackSettings
+    from ecotrain.assembly.speech_rounds import run as run_rounds, summary_figures, table
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.base.rundir import file_in_the_way
+    from ecotrain.config import load_config
+
     cfg = load_config(Path(args.recipe), args.overrides)
     settings = FeedbackSettings.parse(cfg.data.kwargs.get("feedback"))
     out = Path(args.out)
     if (out.exists() and not out.is_dir()) or file_in_the_way(out):  # refused before any data or training
         raise ConfigError(f"--out {out}: is a file or inside one; give a work folder (runs, registries, results.json)")
-    results = run(cfg, data_folder(cfg, settings), settings, out, quiet=not args.progress)
+    results = run_rounds(cfg, data_folder(cfg, settings), settings, out, quiet=not args.progress)
     print(table(results))
     for strategy in ("protected", "adapters"):
         fig = summary_figures(results, strategy)

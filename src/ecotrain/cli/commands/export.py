@@ -20,29 +20,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from ecotrain.data.tokenizer import TOKENIZER_FILE
-from ecotrain.base.errors import ConfigError
-from ecotrain.export import onnxfile
-from ecotrain.export.card import ours, write_card
-from ecotrain.export.lm import CHECK_BATCH, Windows, parity_sources, run_tokenizer
-from ecotrain.export.parity import check, enforce, fold, fresh_process, with_fresh
-from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inputs, input_spec, load_pt2,
-                                     pt2_bytes, tensors_only, trace)
-from ecotrain.export.shipped import locate
-from ecotrain.export.inference import load_trained
-from ecotrain.base.jsonfile import read_json
-from ecotrain.methods.bn_domain import serving, use_domain
-from ecotrain.base.rundir import atomic_write, refuse_overwriting, write_json
-from ecotrain.core.task import build_task
-from ecotrain.base.version import __version__
-
+NAME = "export"
+HELP = ("trace a run's weights with torch.export (.pt2) or to ONNX, check it against the eager model "
+        "on the test split (export.json) and write the model card (docs/export.md)")
+TRAINS = False
 EXPORT_JSON = "export.json"
+
+
+def arguments(ex) -> None:
+    ex.add_argument("run", metavar="RUN", help="a run folder, or a seed group's RUN-group.json (the seed with the best "
+                    "validation figure ships)")
+    ex.add_argument("--format", choices=["pt2", "onnx"], default="pt2", help="pt2: torch.export.save (default); "
+                    "onnx: torch.onnx.export(dynamo=True), needs the onnx extra")
+    ex.add_argument("--out", help="the exported file (default RUN/model.pt2 or RUN/model.onnx); export.json and "
+                    "README.md go beside it")
+    ex.add_argument("--tolerance", type=float, default=1e-4, help="largest output difference vs eager, relative to "
+                    "the largest eager output (at least 1); above it: exit 1, nothing written (default 1e-4)")
+    ex.add_argument("--domain", help="a model trained with batchnorm policy domain: that domain's statistics in the "
+                    "program (one export per domain; default the run's own)")
+    ex.add_argument("--no-card", action="store_true", help="do not write README.md beside the export")
 
 
 def output_path(out, fmt: str, run: Path, domain) -> Path:
     """--out, or RUN/model[-DOMAIN].FORMAT; checked before any work."""
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.base.jsonfile import read_json
+    from ecotrain.base.rundir import refuse_overwriting
+
     path = Path(out) if out else run / f"model{'-' + domain if domain else ''}.{fmt}"
     if path.suffix.lower() != f".{fmt}":
         raise ConfigError(f"--out {path}: a --format {fmt} file ends in .{fmt}")
@@ -57,6 +61,8 @@ def output_path(out, fmt: str, run: Path, domain) -> Path:
 
 def statistics(trained, domain) -> str:
     """Whose BatchNorm statistics the program holds (see the module docstring)."""
+    from ecotrain.methods.bn_domain import serving, use_domain
+
     stats, _ = serving(trained, domain, [], "test", 0)  # --domain on a model without domains: one line
     if stats is None:
         return "as trained"
@@ -65,7 +71,23 @@ def statistics(trained, domain) -> str:
     return use_domain(trained.model, stats, domain)
 
 
-def cmd_export(args, ctx) -> int:
+def run(args, ctx) -> int:
+    import torch
+
+    from ecotrain.base.errors import ConfigError
+    from ecotrain.base.rundir import atomic_write
+    from ecotrain.base.version import __version__
+    from ecotrain.core.task import build_task
+    from ecotrain.data.tokenizer import TOKENIZER_FILE
+    from ecotrain.export import onnxfile
+    from ecotrain.export.card import ours, write_card
+    from ecotrain.export.inference import load_trained
+    from ecotrain.export.lm import CHECK_BATCH, Windows, parity_sources, run_tokenizer
+    from ecotrain.export.parity import check, enforce, fold, fresh_process, with_fresh
+    from ecotrain.export.program import (SEQUENCE_TASKS, context_length, example_inputs, input_spec, load_pt2,
+                                         pt2_bytes, tensors_only, trace)
+    from ecotrain.export.shipped import locate
+
     fmt, tolerance = args.format, args.tolerance
     if not tolerance >= 0:
         raise ConfigError(f"--tolerance {tolerance}: a relative difference of 0 or more, e.g. 1e-4")
@@ -141,6 +163,9 @@ def _length(source):
 
 
 def _record(out: Path, record: dict) -> None:
+    from ecotrain.base.jsonfile import read_json
+    from ecotrain.base.rundir import write_json
+
     path = out.parent / EXPORT_JSON
     files = read_json(path, "export record", {"files": dict})["files"] if path.exists() else {}
     write_json(path, {"schema": 1, "files": {**files, out.name: record}})
