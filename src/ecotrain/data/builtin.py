@@ -233,7 +233,8 @@ def read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[lis
     if len(rows) < 2:
         raise DataError(f"{path}: needs a header row and at least one data row")
     header, body = rows[0], rows[1:]
-    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    seen: set = set()  # a set, not header[:i]: a million columns is a million steps, not 5e11
+    twice = next((c for c in header if c in seen or seen.add(c)), None)
     if twice is not None:
         where = [i + 1 for i, c in enumerate(header) if c == twice]
         raise DataError(f"{path}: column '{twice}' is named {len(where)} times in the header (columns "
@@ -248,7 +249,8 @@ def csv_features(header: list[str], features, target: Optional[str], path: Path)
     """The feature columns by name: `features` (data.features) in that order, each present, or every
     column but `target` (None: a file without labels) in the file's order."""
     if features:
-        missing = [c for c in features if c not in header]
+        have = set(header)
+        missing = [c for c in features if c not in have]
         if missing:
             raise DataError(f"{path}: no feature column '{missing[0]}' (columns: {header}); fix data.features")
         return list(features)
@@ -265,7 +267,8 @@ def csv_columns(path: Path, header: list[str], body: list[list[str]], names: lis
 
 def csv_numbers(path: Path, header: list[str], body: list[list[str]], names: list[str]) -> list[list[float]]:
     """The named columns of every row, as numbers."""
-    at = [header.index(c) for c in names]
+    where = {c: j for j, c in enumerate(header)}  # names are unique (read_csv): one pass, not one per name
+    at = [where[c] for c in names]
     try:
         return [[float(r[j]) for j in at] for r in body]
     except ValueError as exc:

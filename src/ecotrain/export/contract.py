@@ -32,20 +32,23 @@ def match_columns(header: Sequence[str], want: Sequence[str], target: Optional[s
     read in the model's order (said in one line); a missing column, or one the model does not know, is
     refused naming them. `chosen`: the run picked its columns (data.features) and ignored the others."""
     have = [c for c in header if c != target]
-    missing = [c for c in want if c not in have]
-    unknown = [] if chosen else [c for c in have if c not in want]
+    have_set, want_set = set(have), set(want)  # sets: a file of a million columns is checked in linear time
+    missing = [c for c in want if c not in have_set]
+    unknown = [] if chosen else [c for c in have if c not in want_set]
     if missing or unknown:
         said = [f"no column {_names(missing)}"] if missing else []
         said += [f"column {_names(unknown)} the model was not trained on"] if unknown else []
         raise DataError(f"{what}: {' and '.join(said)}; the model in {model} takes the columns "
-                        f"{', '.join(want)}, by name in any order: give a file with those")
-    if say and [c for c in have if c in want] != list(want):
+                        f"{_names(want)}, by name in any order: give a file with those")
+    if say and [c for c in have if c in want_set] != list(want):
         log.info(f"{what}: columns in another order than the training data's; read by name, as {', '.join(want)}")
     return list(want)
 
 
-def _names(cols: Sequence[str]) -> str:
-    return ", ".join(f"'{c}'" for c in cols)
+def _names(cols: Sequence[str], most: int = 8) -> str:
+    """Column names for a message: the first `most`, then how many more (a line, not a megabyte)."""
+    shown = ", ".join(f"'{c}'" for c in cols[:most])
+    return shown + (f" and {len(cols) - most:,} more" if len(cols) > most else "")
 
 
 def samples(x, y, where: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
