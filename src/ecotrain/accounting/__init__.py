@@ -10,7 +10,7 @@ __all__ = ["Ledger", "read_ledger", "summary_line", "write_ledger"]
 
 
 def __getattr__(name: str):  # the Ledger imports torch; readers of finished runs (report, compare) need none,
-    if name == "Ledger":  # and `ecotrain --help` (cli/accounting_args.py) not even the ledger's reader
+    if name == "Ledger":  # and `ecotrain --help` (cli/commands/ledger.py, compare.py) not even the ledger's reader
         from ecotrain.accounting.ledger import Ledger
         return Ledger
     if name in ("read_ledger", "summary_line", "write_ledger"):

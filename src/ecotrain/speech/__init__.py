@@ -5,4 +5,4 @@ transcript normalisation and label checks (`labels.py`), and the feedback rounds
 See docs/speech.md.
 """
 
-# No eager imports: `ecotrain --help` loads cli/speech_args.py and must not import torch.
+# No eager imports: `ecotrain --help` loads cli/commands/ (data.py, speech_feedback.py) and must not import torch.
