@@ -104,6 +104,7 @@ def edited(change) -> dict:
     edited(lambda p: p["hardware_specs"][1].update(tdp=float("nan"))),
     edited(lambda p: p["hardware_specs"][1].update(tdp=-8)),
     edited(lambda p: p["hardware_specs"][1].update(tdp=1e12)),
+    edited(lambda p: p["hardware_specs"][1].update(tdp=9_999)),  # 9,999 W on a 2-core machine: a hand edit
     edited(lambda p: p["hardware_specs"][1].update(tdp="8")),
     edited(lambda p: p["hardware_specs"][1].update(tdp=True)),
     edited(lambda p: p["hardware_specs"][1].update(mode="intel_rapl", rapl_dir="/tmp/fake-rapl")),

@@ -122,6 +122,9 @@ def _number(v, low: float, high: float, none_ok: bool = False) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
 
 
+MAX_TDP = 1_000  # watts: one CPU package's design power (the largest server parts are ~500 W); above, a typo or a lie
+
+
 def _valid_spec(spec, tracking_mode: str) -> bool:
     if not isinstance(spec, dict) or spec.get("tracking_mode") != tracking_mode:
         return False
@@ -132,7 +135,7 @@ def _valid_spec(spec, tracking_mode: str) -> bool:
     allowed = {"kind", "mode", "model", "tdp", "tracking_mode", "rapl_include_dram", "rapl_prefer_psys", "rapl_dir"}
     return (set(spec) <= allowed and spec.get("mode") in _CPU_MODES
             and isinstance(spec.get("model"), str) and len(spec["model"]) <= 300
-            and _number(spec.get("tdp"), 0.1, 10_000, none_ok=spec.get("mode") == "intel_rapl")
+            and _number(spec.get("tdp"), 0.1, MAX_TDP, none_ok=spec.get("mode") == "intel_rapl")
             and isinstance(spec.get("rapl_include_dram"), bool) and isinstance(spec.get("rapl_prefer_psys"), bool)
             and spec.get("rapl_dir", RAPL_DIR) == RAPL_DIR)
 
