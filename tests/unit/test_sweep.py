@@ -23,7 +23,8 @@ ledger: {energy: "off"}
 def test_parse_seeds():
     assert parse_seeds("0,1,2") == [0, 1, 2]
     assert parse_seeds("3-5,9") == [3, 4, 5, 9]
-    for bad in ("", "a", "1,,2", "-1", "5-3", "1,1"):
+    assert parse_seeds(str(2**32 - 1)) == [2**32 - 1]
+    for bad in ("", "a", "1,,2", "-1", "5-3", "1,1", f"0,{2**64}", f"{2**32}", "²"):
         with pytest.raises(ConfigError, match="--seeds"):
             parse_seeds(bad)
 

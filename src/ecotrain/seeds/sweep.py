@@ -21,6 +21,7 @@ from ecotrain.base.rundir import default_run_dir, file_in_the_way, holds_run
 from ecotrain.base.runfiles import CONFIG, RunFiles
 
 MAX_SEEDS = 1000  # runs in one `--seeds` group
+SEED_LIMIT = 2**32  # the config's `seed` (config/__init__.py): what numpy and every sampler accept
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -44,6 +45,9 @@ def parse_seeds(text: str) -> list[int]:
         raise ConfigError(f"--seeds {text!r}: {len(seeds):,} seeds; at most {MAX_SEEDS} runs in one group")
     if not seeds or any(s < 0 for s in seeds):
         raise ConfigError(f"--seeds {text!r}: expected seeds like 0,1,2 or 0-4 (non-negative integers)")
+    if any(s >= SEED_LIMIT for s in seeds):  # checked before any run: a run's config refuses it later, mid-group
+        raise ConfigError(f"--seeds {text!r}: {max(seeds):,} is not a seed; seeds are below 2**32 "
+                          f"({SEED_LIMIT:,}), as the config's `seed`")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds {text!r}: a seed is repeated; each seed trains once")
     return seeds
