@@ -50,3 +50,11 @@ def test_bad_items_are_one_line(bad, words):
 def test_too_few_items_for_the_splits():
     with pytest.raises(DataError, match="2 items are too few"):
         load_data(_cfg(n=2))
+
+
+def test_a_users_model_by_import_path_trains_on_data_that_does_not_say_its_vocabulary(tmp_path):
+    """`model.name: pkg.module:Class` sizes itself: the check that the built-in classifiers need class
+    labels does not apply to it (it used to refuse this documented recipe)."""
+    cfg = _cfg("UnsizedDicts")
+    r = fit(cfg, run_dir=tmp_path / "run")
+    assert r.summary["steps"] == 6 and r.summary["test_loss"] > 0

@@ -238,7 +238,8 @@ def make_model(cfg: Config, model: Optional[nn.Module], bundle: DataBundle, devi
                opts: RunOptions):
     """(the model, ready to train; an FSDP checkpoint still to load after the wrap, or None)."""
     torch.manual_seed(cfg.seed)  # model init is independent of how much randomness data loading drew
-    if model is None and bundle.num_classes is None and bundle.sample is not None:
+    builtin = model is None and ":" not in cfg.model.name  # a user's class by import path sizes itself: no labels read
+    if builtin and bundle.num_classes is None and bundle.sample is not None:
         y0 = bundle.sample[1] if _is_xy(bundle.sample) else None
         if y0 is None or y0.is_floating_point() or y0.ndim != 1:
             raise ConfigError("model: the built-in models are classifiers of (x, y) data with class labels; pass "
