@@ -45,3 +45,15 @@ def test_a_model_without_a_cache_runs_as_before(lm):
     plain = LanguageModel(lm.fn, lm.context, lm.vocab, lm.tokenizer, "plain")
     assert continue_prompt(plain, [3, 4, 5], Decoding(max_new_tokens=8)) == \
         continue_prompt(lm, [3, 4, 5], Decoding(max_new_tokens=8))
+
+
+@pytest.mark.parametrize("t", [5e-324, 1e-300, 1e300])
+def test_extreme_temperatures_sample_without_nan(t):
+    from ecotrain.export.generate import choose
+
+    logits = torch.tensor([0.5, 3.0, -1.0, 2.9], dtype=torch.float64)
+    how = Decoding(sample=True, temperature=t)
+    picks = {choose(logits, how, torch.Generator().manual_seed(s)) for s in range(20)}
+    assert picks <= {0, 1, 2, 3}
+    if t < 1:
+        assert picks == {1}  # the limit of a tiny temperature: greedy

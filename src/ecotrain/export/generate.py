@@ -213,7 +213,7 @@ class Stepper:
 def choose(logits: torch.Tensor, how: Decoding, gen: Optional[torch.Generator]) -> int:
     if not how.sample:
         return int(torch.argmax(logits))  # the first of a tie
-    logits = logits / how.temperature
+    logits = (logits - logits.max()) / how.temperature  # the max first: a tiny T (5e-324) gives 0 and -inf, not NaN
     if how.top_k is not None and how.top_k < logits.numel():
         kth = torch.topk(logits, how.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
