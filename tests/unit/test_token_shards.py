@@ -77,3 +77,20 @@ def test_a_pattern_mixing_token_files_and_tar_shards_is_one_line(tmp_path):
     (tmp_path / "s" / "b.tar").write_bytes(b"\0" * 1024)
     with pytest.raises(DataError, match=r"b.tar is not a .bin token file among .bin token files; one kind"):
         load_data(_cfg(f"shards:{tmp_path}/s", seq_len=8, dtype="uint16", vocab_size=7))
+
+
+def test_a_held_out_split_that_is_a_training_file_is_refused(tmp_path):
+    """A sidecar (or data.kwargs.test) naming the train file as the test file: test perplexity would be
+    measured on trained tokens; one line instead."""
+    _bin(tmp_path / "d" / "train.bin", np.arange(200) % 50)
+    _bin(tmp_path / "d" / "val.bin", np.arange(100) % 50)
+    (tmp_path / "d" / "tokens.json").write_text(json.dumps({
+        "format": "ecotrain-tokens", "version": 1, "dtype": "uint16", "vocab_size": 50,
+        "files": {"train": "train.bin", "val": "val.bin", "test": "train.bin"}}))
+    with pytest.raises(DataError, match="is both the train file and the test file"):
+        load_data(_cfg(f"tokens:{tmp_path / 'd'}", seq_len=8))
+    _bin(tmp_path / "s" / "a.bin", np.arange(100) % 50)
+    _bin(tmp_path / "s" / "b.bin", np.arange(100) % 50)
+    with pytest.raises(DataError, match="is both the train file and the test file"):
+        load_data(_cfg(f"shards:{tmp_path / 's'}/*.bin", seq_len=8, dtype="uint16", vocab_size=50,
+                       test=str(tmp_path / "s" / "b.bin")))

@@ -356,6 +356,19 @@ def _split_files(given: Optional[str], meta, folder: Path, split: str, own: bool
     return None
 
 
+def _held_out(train: list[Path], splits: dict[str, Optional[list[Path]]], where: str) -> None:
+    """No held-out split reads a file the model trains on (or another split's): test perplexity measured
+    on trained tokens says nothing. One line naming the file and both uses."""
+    used = {f.resolve(): "train" for f in train}
+    for split, files in splits.items():
+        for f in files or ():
+            other = used.setdefault(f.resolve(), split)
+            if other != split:
+                raise DataError(f"{where}: {f} is both the {other} file and the {split} file; a held-out split must "
+                                f"be text the model never trains on: name another file for {split} (or leave it out "
+                                "for a slice of the stream)")
+
+
 def _stream(paths: list[Path], dtype: Optional[str]) -> TokenStream:
     return TokenStream([TokenFile(p, dtype) for p in paths])
 
@@ -383,6 +396,7 @@ def load_tokens(cfg) -> DataBundle:
     train = TokenStream([first])
     dtype = dtype or str(first.dtype)
     splits = {s: _split_files(getattr(opts, s), meta, folder, s, own) for s in ("val", "test")}
+    _held_out([p], splits, f"data.name=tokens:{path}" + (f" ({folder / SIDECAR})" if own else ""))
     tokenizer = _beside(folder, meta.tokenizer, "tokenizer") if own and meta.tokenizer else None
     return _bundle(cfg, opts, train, {s: _stream(f, dtype) for s, f in splits.items() if f}, vocab, eod, tokenizer,
                    _bytes_per_token(opts, meta))
@@ -414,8 +428,9 @@ def load_token_shards(cfg) -> Optional[DataBundle]:
     hints = {f.vocab_hint for f in train.files}
     dtype, vocab, eod = _settings(opts, meta, next(iter(hints)) if len(hints) == 1 else None)
     dtype = dtype or str(train.files[0].dtype)  # llm.c headers: the split files read as the train files
-    splits = {s: _stream(_pattern_files(getattr(opts, s), f"data.kwargs.{s}"), dtype)
-              for s in ("val", "test") if getattr(opts, s)}
+    held = {s: _pattern_files(getattr(opts, s), f"data.kwargs.{s}") for s in ("val", "test") if getattr(opts, s)}
+    _held_out(bins, held, f"data.name=shards:{pattern}")
+    splits = {s: _stream(f, dtype) for s, f in held.items()}
     tokenizer = None
     if meta is not None and meta.tokenizer:
         d0 = next(iter(metas))
