@@ -128,7 +128,7 @@ def _main(argv: list[str] | None = None) -> int:
         if _PREEMPTION.requested:  # a signal during start-up
             print("ecotrain: interrupted", file=sys.stderr)
             return 130
-    try:  # the command's run() imports what it needs in here: a failure or Ctrl-C while importing meets the boundary too
+    try:  # run() imports what it needs in here: a failure or Ctrl-C while importing meets the boundary too
         return _dispatch(args)
     except EcotrainError as exc:
         _say(f"ecotrain: error: {exc}")
