@@ -172,3 +172,41 @@ def test_two_tokenize_into_one_folder_the_second_is_one_line(tmp_path):
     assert list(out.iterdir()) == []
     tokenize_corpus(c, out, tokenizer="bytes")
     assert (out / "tokens.json").is_file()
+
+
+def _corpus(tmp_path):
+    (tmp_path / "c").mkdir(exist_ok=True)
+    for i in range(12):
+        (tmp_path / "c" / f"d{i}.txt").write_text(f"alpha beta gamma {i} delta\n" * 3)
+    return tmp_path / "c"
+
+
+def _saved(tmp_path, tok, name):
+    path = tmp_path / f"{name}.json"
+    path.write_text(tok.to_str())
+    return path
+
+
+def test_hostile_saved_tokenizers_are_one_line_or_right(tmp_path):
+    """--tokenizer-from with a BPE lacking the end-of-document token, a WordLevel with no unknown token,
+    and one whose added token's id passes its stated vocabulary (a uint16 file would wrap it)."""
+    tk = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    no_eod = tk.Tokenizer(models.BPE())
+    no_eod.pre_tokenizer = pre_tokenizers.ByteLevel()
+    no_eod.train_from_iterator(["alpha beta gamma delta"] * 20, tk.trainers.BpeTrainer(vocab_size=300))
+    with pytest.raises(DataError, match="no end-of-document token"):
+        tokenize_corpus(_corpus(tmp_path), tmp_path / "o1", tokenizer_from=str(_saved(tmp_path, no_eod, "no_eod")))
+
+    word = tk.Tokenizer(models.WordLevel({"alpha": 0, "<|endoftext|>": 1}))
+    word.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(DataError, match="cannot encode the text"):
+        tokenize_corpus(_corpus(tmp_path), tmp_path / "o2", tokenizer_from=str(_saved(tmp_path, word, "word")))
+
+    far = tk.Tokenizer(models.WordLevel({"alpha": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    far.pre_tokenizer = pre_tokenizers.Whitespace()
+    far.add_special_tokens(["<|endoftext|>"])
+    vocab = far.get_vocab(with_added_tokens=True)
+    got = load_tokenizer(_saved(tmp_path, far, "far"))
+    assert got.vocab_size == max(vocab.values()) + 1 and got.eod == vocab["<|endoftext|>"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ecotrain.base import safefile
 from ecotrain.config.tokens import SIDECAR, TokensMeta
-from ecotrain.data.tokenizer import TOKENIZER_FILE, load_tokenizer, make_tokenizer
+from ecotrain.data.tokenizer import EOD_TEXT, TOKENIZER_FILE, load_tokenizer, make_tokenizer
 from ecotrain.base.errors import DataError
 from ecotrain.base.filelock import try_lock_folder, unlock
 from ecotrain.base.rundir import atomic_write, fsync_dir
@@ -159,6 +159,10 @@ def tokenize_corpus(corpus, out, vocab_size: int = DEFAULT_VOCAB, tokenizer: str
     else:
         train_docs = (d for i, d in enumerate(documents(files)) if i < n_train)
         tok = make_tokenizer(tokenizer, train_docs, vocab_size)
+    if tok.eod is None:  # documents are written with it between them; without it they would run together
+        raise DataError(f"tokenize: --tokenizer-from {tokenizer_from}: the tokenizer has no end-of-document token "
+                        f"'{EOD_TEXT}', which ends each document in the token files; add it as a special token, or "
+                        "let tokenize train one (leave out --tokenizer-from)")
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out = Path(out)
     try:

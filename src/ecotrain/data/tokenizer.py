@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ecotrain.base import safefile
+from ecotrain.base.objects import describe
 from ecotrain.base.errors import ConfigError, DataError
 from ecotrain.base.log import log
 from ecotrain.base.rundir import atomic_write
@@ -45,13 +46,20 @@ class ByteTokenizer:
 class BPETokenizer:
     kind = "bpe"
 
-    def __init__(self, tok):
-        self.tok = tok
-        self.vocab_size = tok.get_vocab_size()
+    def __init__(self, tok, where: str = "tokenizer"):
+        self.tok, self.where = tok, where
+        ids = tok.get_vocab(with_added_tokens=True).values()
+        # the ids it can give, not the size it states: an added token may sit past get_vocab_size() (a
+        # uint16 file would wrap it round to another token)
+        self.vocab_size = max(tok.get_vocab_size(with_added_tokens=True), max(ids, default=-1) + 1)
         self.eod = tok.token_to_id(EOD_TEXT)
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text).ids
+        try:
+            return self.tok.encode(text).ids
+        except Exception as exc:  # the library's refusal, e.g. a WordLevel model with no unknown token
+            raise DataError(f"{self.where}: cannot encode the text ({describe(exc)}); a tokenizer must encode "
+                            "any text (a WordLevel or WordPiece model needs its unknown token in the vocabulary)") from None
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tok.decode(list(ids))
@@ -138,7 +146,7 @@ def parse_tokenizer(text: str, where) -> ByteTokenizer | BPETokenizer:
     if tk is None:
         raise ConfigError(f"{where}: a BPE tokenizer needs the tokenizers library: pip install 'ecotrain[lm]'")
     try:
-        tok = BPETokenizer(tk.Tokenizer.from_str(text))
+        tok = BPETokenizer(tk.Tokenizer.from_str(text), str(where))
     except Exception as exc:  # the library's own parse error, whatever its type
         raise DataError(f"{where}: not a tokenizers tokenizer ({type(exc).__name__}: {str(exc)[:200]})") from None
     return tok
