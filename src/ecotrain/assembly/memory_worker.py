@@ -23,7 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+from ecotrain.base.orphans import watch_parent
+
+if __name__ == "__main__" and len(sys.argv) > 2:  # before torch: importing it takes seconds under load, and a
+    watch_parent(int(sys.argv[2]), Path(sys.argv[1]))  # parent killed meanwhile must not leave this process behind
+
+import torch  # noqa: E402
 
 from ecotrain.base import safefile
 from ecotrain.callbacks import Callback
@@ -35,7 +40,6 @@ from ecotrain.core.loop import evaluate
 from ecotrain.memory.measure import estimates, peak_rss, rss_now
 from ecotrain.memory.estimate import optim_states
 from ecotrain.memory.shard import strategy_bytes
-from ecotrain.base.orphans import watch_parent
 from ecotrain.assembly.trainer import fit
 
 
@@ -131,9 +135,7 @@ def eval_peak(state, batches: int) -> int:
     return int(max(0, peak_rss() - copy))
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 2:  # the parent's pipe (measure.run_job): its end removes the folder and ends this process
-        watch_parent(int(sys.argv[2]), Path(sys.argv[1]))
+if __name__ == "__main__":  # the parent's pipe (measure.run_job) is watched from the top, before torch
     try:
         worker(Path(sys.argv[1]))
     except EcotrainError as exc:  # the user's one line reaches the parent's message, not a traceback
