@@ -30,7 +30,7 @@ import torch
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
 from ecotrain.continual.drift import DriftThresholds, drift_report
-from ecotrain.continual.gate import GatePolicy, decide, lineage_metrics, predict_proba, slice_metrics
+from ecotrain.continual.gate import GatePolicy, choose_average, decide, lineage_metrics, predict_proba, slice_metrics
 from ecotrain.continual.incoming import (RECENT_FRACTION, checked_cohort, checked_labels, checked_x, load_npz,  # noqa: F401
                                         read_incoming, recent_split)
 from ecotrain.continual.labels import contradicted, contradictions, load_label_map
@@ -45,7 +45,6 @@ from ecotrain.base.tensorfile import save_weights
 from ecotrain.export.inference import load_trained
 from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
-from ecotrain.methods.average import averaged_model
 from ecotrain.base.tensorfile import cpu_copy
 from ecotrain.assembly.trainer import fit
 from ecotrain.base.runfiles import CONFIG, EXPORT, MODEL
@@ -165,7 +164,12 @@ def update(registry: str | Path, base: str, data: str | Path, overrides: list[st
         run_dir = result.run_dir
         cand, averaged = result.model.eval(), None
         if opts.average:
-            cand, averaged = choose_average(base_model, cand, holdout, recent, opts)
+            if opts.cohort is not None:
+                raise ConfigError("--average with --cohort: a cohort's version is gated as served; average without "
+                                  "--cohort, or train the cohort's version plain")
+            cand, averaged = choose_average(base_model, cand, slice_metrics(base_model, [*holdout, recent])["tasks"],
+                                            holdout, recent, opts.average, opts.policy,
+                                            lambda m, sl: slice_metrics(m, sl)["tasks"], decide)
         outcome = _gate_and_register(reg, base, base_meta, base_model, cand, cfg, run_dir, holdout, recent, opts,
                                      {"incoming": file_hash(data), "train": file_hash(train_npz),
                                       "incoming_file": str(data)}, drift, label_report, y, result.summary, x,
@@ -192,27 +196,6 @@ def base_of(reg, registry, base: str) -> str:
             return name
     raise ConfigError(f"BASE {run}: a run folder, and the registry {reg.where} holds versions none of which was "
                       f"registered from it; register it first (`ecotrain versions add {run}`) or give a version")
-
-
-def choose_average(base_model, cand, holdout: list[Slice], recent: Slice, opts: UpdateOptions):
-    """Weight averaging (methods/average.py) with alpha chosen on the gate's slices: the candidate
-    averaged with the base, alphas tried from the largest (most of the new model) down; the first the
-    gate takes wins, else the smallest is what the gate will reject. Returns (model, record)."""
-    if opts.cohort is not None:
-        raise ConfigError("--average with --cohort: a cohort's version is gated as served; average without "
-                          "--cohort, or train the cohort's version plain")
-    slices = [*holdout, recent]
-    before = slice_metrics(base_model, slices)["tasks"]
-    tried = []  # in the order tried (a list: meta.json's keys are sorted)
-    for alpha in sorted(set(opts.average), reverse=True):
-        m = averaged_model(cand, base_model, alpha, "--average")
-        after = slice_metrics(m, slices)["tasks"]
-        ok, _ = decide(before, after, [s.name for s in holdout], recent.name, opts.policy)
-        tried.append({"alpha": alpha, "promote": ok, "tasks": after})
-        if ok:
-            break
-    log.info(f"average: alpha {alpha} chosen on the gate's slices (tried: {tried})")
-    return m, {"alpha": alpha, "tried": tried}
 
 
 def served_metrics(dep, slices: list[Slice], cohort: str) -> dict:

@@ -41,7 +41,7 @@ from ecotrain.base import safefile
 from ecotrain.checkpoint.format import load_state_dict_file
 from ecotrain.config import build_config, load_config, merge_trees, parse_overrides
 from ecotrain.config.tokens import SIDECAR
-from ecotrain.continual.gate import decide_perplexity, mean_or_none
+from ecotrain.continual.gate import choose_average, decide_perplexity, mean_or_none
 from ecotrain.continual.registry import Slice
 from ecotrain.continual.versions import Outcome, check_trained, lineage, load_version_model, settler
 from ecotrain.data import load_data
@@ -51,7 +51,6 @@ from ecotrain.base.errors import CheckpointError, ConfigError, DataError, Ecotra
 from ecotrain.base.tensorfile import save_weights
 from ecotrain.base.log import log
 from ecotrain.methods.adapters import is_adapted, merge
-from ecotrain.methods.average import averaged_model
 from ecotrain.methods.replay import IGNORE, reservoir_vectorised, token_rows
 from ecotrain.core.task import logits_of
 from ecotrain.base.tensorfile import cpu_copy
@@ -326,25 +325,12 @@ def update_lm(reg, base: str, base_meta: dict, data, overrides: list[str], opts,
         check_trained(result.summary)
         cand, averaged = result.model.eval(), None
         if opts.average:
-            cand, averaged = choose_average(base_model, cand, base_m, holdout, recent, opts)
+            cand, averaged = choose_average(base_model, cand, base_m["tasks"], holdout, recent, opts.average,
+                                            opts.policy, lambda m, sl: lm_metrics(m, sl)["tasks"], decide_perplexity)
         return _register(reg, base, base_meta, base_m, cand, cfg, result, holdout, recent, opts, tok,
                          {"incoming": name, "dataset_hash": bundle.content_hash}, averaged)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def choose_average(base_model, cand, base_m: dict, holdout: list[Slice], recent: Slice, opts):
-    """update.choose_average on perplexities: the largest alpha the gate takes, else the smallest."""
-    tried = []
-    for alpha in sorted(set(opts.average), reverse=True):
-        m = averaged_model(cand, base_model, alpha, "--average")
-        after = lm_metrics(m, [*holdout, recent])["tasks"]
-        ok, _ = decide_perplexity(base_m["tasks"], after, [s.name for s in holdout], recent.name, opts.policy)
-        tried.append({"alpha": alpha, "promote": ok, "tasks": after})
-        if ok:
-            break
-    log.info(f"average: alpha {alpha} chosen on the gate's slices (tried: {tried})")
-    return m, {"alpha": alpha, "tried": tried}
 
 
 def forgetting_figures(base_m: dict, cand_m: dict, holdout: list[str], recent: str, history: list[dict]) -> dict:

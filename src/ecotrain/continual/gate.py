@@ -17,7 +17,7 @@ Metrics (van de Ven et al.; Lopez-Paz & Ranzato's GEM for backward transfer):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -134,3 +134,25 @@ def decide_perplexity(base: dict, cand: dict, holdout: list[str], recent: str, p
             return False, f"rejected: damages one old slice beyond the cap: {cap_txt}; {new_txt}; {old_txt}"
         old_txt += f"; largest single rise {cap_txt}"
     return True, f"promoted: {new_txt}; {old_txt}"
+
+
+def choose_average(base_model: nn.Module, cand: nn.Module, before: dict, holdout: list, recent, alphas, policy,
+                   measure: Callable, judge: Callable) -> tuple[nn.Module, dict]:
+    """Weight averaging (methods/average.py) with alpha chosen on the gate's slices, for any task kind:
+    the candidate averaged with the base, alphas tried from the largest (most of the new model) down; the
+    first the gate takes wins, else the smallest is what the gate will reject. `measure(model, slices)` ->
+    {slice: figure} (accuracy: `slice_metrics`; perplexity: update_lm's), `judge(before, after, holdout,
+    recent, policy)` -> (ok, reason) (`decide`, `decide_perplexity`); `before`: the base's figures."""
+    from ecotrain.base.log import log
+    from ecotrain.methods.average import averaged_model
+
+    tried = []  # in the order tried (a list: meta.json's keys are sorted)
+    for alpha in sorted(set(alphas), reverse=True):
+        m = averaged_model(cand, base_model, alpha, "--average")
+        after = measure(m, [*holdout, recent])
+        ok, _ = judge(before, after, [s.name for s in holdout], recent.name, policy)
+        tried.append({"alpha": alpha, "promote": ok, "tasks": after})
+        if ok:
+            break
+    log.info(f"average: alpha {alpha} chosen on the gate's slices (tried: {tried})")
+    return m, {"alpha": alpha, "tried": tried}
