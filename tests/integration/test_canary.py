@@ -10,31 +10,18 @@ import time
 import numpy as np
 import pytest
 
-from ecotrain import Config, fit
 from ecotrain.cli import main
 from ecotrain.continual.canary import CanaryRule, decide, figures, serve
 from ecotrain.continual.registry import Registry
-from ecotrain.continual.scenario import write_tasks
+from tests.helpers.continual import base_world, ecotrain
 
 TRAIN = ["loop.max_steps=40", "optim.lr=0.005"]
-
-
-def ecotrain(capsys, *args):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("canary")
-    tasks = write_tasks(root / "tasks", num_samples=2000, tasks=5)
-    cfg = Config.model_validate({
-        "name": "base", "data": {"name": "npz", "path": str(tasks[0]), "num_classes": 10, "batch_size": 32},
-        "model": {"name": "mlp", "kwargs": {"hidden": [64]}},
-        "loop": {"max_steps": 60, "max_epochs": None, "log_every": 10},
-        "logging": {"progress": "off"}, "ledger": {"enabled": False}})
-    fit(cfg, run_dir=root / "base", quiet=True)
+    tasks = base_world(root, steps=60)
     z = np.load(tasks[0])
     np.savez(root / "requests.npz", x=z["x_test"], y=z["y_test"])  # task 0's traffic, with its later labels
     np.savez(root / "unlabelled.npz", x=z["x_test"])

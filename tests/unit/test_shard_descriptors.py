@@ -79,11 +79,7 @@ checkpoint: {{every_n_steps: 6, keep_last: 1}}
 logging: {{progress: "off"}}
 ledger: {{energy: "off"}}
 """)
-    r = subprocess.run([sys.executable, "-m", "ecotrain", "fit", str(tmp_path / "r.yaml"), "--run-dir",
-                        str(tmp_path / "run"), "--quiet"], cwd=ROOT, preexec_fn=_low(96), capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr
-    assert (tmp_path / "run" / "summary.json").is_file()
+    _fits_under(tmp_path, 96)
 
 
 def test_parquet_shards_keep_to_the_same_budget(tmp_path):
@@ -98,6 +94,15 @@ def test_parquet_shards_keep_to_the_same_budget(tmp_path):
     x, _ = src.take(torch.arange(100))
     assert x[:, 0].tolist() == list(range(100)) and len(src._files) == 8
     assert before is None or _fds() <= before + 8
+
+
+def _fits_under(tmp_path, limit: int) -> None:
+    """`ecotrain fit tmp_path/r.yaml` under `ulimit -n LIMIT` finishes."""
+    r = subprocess.run([sys.executable, "-m", "ecotrain", "fit", str(tmp_path / "r.yaml"), "--run-dir",
+                        str(tmp_path / "run"), "--quiet"], cwd=ROOT, preexec_fn=_low(limit), capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
 
 
 def _fds():
@@ -121,11 +126,7 @@ loop: {{max_steps: 4, max_epochs: null, log_every: 2, eval_every: 4}}
 logging: {{progress: "off"}}
 ledger: {{energy: "off"}}
 """)
-    r = subprocess.run([sys.executable, "-m", "ecotrain", "fit", str(tmp_path / "r.yaml"), "--run-dir",
-                        str(tmp_path / "run"), "--quiet"], cwd=ROOT, preexec_fn=_low(96), capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr
-    assert (tmp_path / "run" / "summary.json").is_file()
+    _fits_under(tmp_path, 96)
 
 
 def test_a_token_file_map_is_dropped_beyond_the_budget(tmp_path):
