@@ -281,3 +281,16 @@ def test_each_lever_is_tried_alone_before_the_sampler_combines_them():
         assert space.suggest(trial, levers, 64, 0, measured=True) == space.values(f)
     flops = space.first_trials([space.Lever("schedule", ""), space.Lever("batch", "")], 100, measured=False)
     assert flops == [{"samples": 0.5, "batch": 100}]  # a FLOPs search: half the samples, its cheapest cut's top
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--seeds-confirm", "²"], "--seeds"),
+    (["--seeds-confirm", "3", "--until-decided", "--max-seeds", "0"], "--max-seeds 0"),
+])
+def test_confirmation_flags_are_refused_before_the_search_trains(tmp_path, capsys, flags, words):
+    from ecotrain.cli import main
+
+    code = main(["green", "recipes/mnist1d_cnn.yaml", "--out", str(tmp_path / "g"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "g").exists()  # nothing trained, nothing written

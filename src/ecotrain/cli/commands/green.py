@@ -55,7 +55,7 @@ def arguments(g) -> None:
 
 def confirm_seeds(text: str) -> str | None:
     """`--seeds-confirm`: a count N (seeds 10..10+N-1), a seed list, or 0 (none)."""
-    if text.strip().isdigit():
+    if text.strip().isascii() and text.strip().isdigit():  # "²" is a digit to isdigit, not to int
         n = int(text)
         if n == 0:
             return None
@@ -104,6 +104,9 @@ def run(args, ctx) -> int:
         raise ConfigError(f"--check-seeds {args.check_seeds}: includes the design seed {args.seed} (--seed)")
     if fresh is not None:
         confirm_mod.check_seeds([args.seed, *checks], fresh)
+        if args.until_decided:  # the confirmation's flags are checked before the search trains anything
+            from ecotrain.seeds.decide import check_max_seeds
+            check_max_seeds(parse_seeds(fresh), args.max_seeds)
     cfg = load_config(args.recipe, overrides)  # a bad recipe or override: one line, before anything trains
     metered = cfg.ledger.energy != "off" and cfg.ledger.enabled
     if args.by is None:  # what is paid, measured; a recipe that measures no energy: counted FLOPs, said so

@@ -84,8 +84,8 @@ def run(args, ctx) -> int:
         for t, p in m["tasks"].items():
             print(f"{t}: perplexity {before[t]:.4f} -> {p:.4f}")
         ratio = m.get("forgetting_ppl_ratio")
-        print(f"average_perplexity={m['average_perplexity']:.4f} new_ppl_ratio={m['new_ppl_ratio']:.4f}"
-              + (f" forgetting_ppl_ratio={ratio:.4f}" if ratio is not None else ""))
+        print(f"average_perplexity={m['average_perplexity']:.6g} new_ppl_ratio={m['new_ppl_ratio']:.6g}"
+              + (f" forgetting_ppl_ratio={ratio:.6g}" if ratio is not None else ""))  # 4.5e-05, not 0.0000
         print(f"{out.version}: {out.reason}")
         return 0 if out.promoted or out.held else 1
     print(" ".join(f"{t}={a:.4f}" for t, a in m["tasks"].items()))
