@@ -321,7 +321,7 @@ def load_model(target: str, tokenizer: Optional[str]) -> LanguageModel:
 
 
 def cmd_continue(args, ctx) -> int:
-    """`ecotrain predict TARGET --prompt ...` (cli.models.cmd_predict hands prompts here); every flag and
+    """`ecotrain predict TARGET --prompt ...` (cli/commands/predict.py hands prompts here); every flag and
     prompt is checked before the model is loaded."""
     if args.data:
         raise ConfigError("--data: a language model continues --prompt TEXT or --prompts FILE, not a data file")
