@@ -39,15 +39,15 @@ def match_columns(header: Sequence[str], want: Sequence[str], target: Optional[s
         said = [f"no column {_names(missing)}"] if missing else []
         said += [f"column {_names(unknown)} the model was not trained on"] if unknown else []
         raise DataError(f"{what}: {' and '.join(said)}; the model in {model} takes the columns "
-                        f"{_names(want)}, by name in any order: give a file with those")
+                        f"{_names(want, quote='')}, by name in any order: give a file with those")
     if say and [c for c in have if c in want_set] != list(want):
         log.info(f"{what}: columns in another order than the training data's; read by name, as {', '.join(want)}")
     return list(want)
 
 
-def _names(cols: Sequence[str], most: int = 8) -> str:
+def _names(cols: Sequence[str], most: int = 8, quote: str = "'") -> str:
     """Column names for a message: the first `most`, then how many more (a line, not a megabyte)."""
-    shown = ", ".join(f"'{c}'" for c in cols[:most])
+    shown = ", ".join(f"{quote}{c}{quote}" for c in cols[:most])
     return shown + (f" and {len(cols) - most:,} more" if len(cols) > most else "")
 
 
