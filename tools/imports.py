@@ -240,7 +240,7 @@ def main() -> int:
               + (f" (+{len(arrows) - 4})" if len(arrows) > 4 else ""))
     new = [x for x in up + private if x not in KNOWN]
     print(f"RESULT circles={len(circ)} floor_violations={len(up)} private_imports={len(private)} "
-          f"core_to_wing={len(back)} folder_pairs={len(pairs)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
+          f"core_to_wing={len(back)} two_way_folders={len(pairs)} new_breaches={len(new)} unplaced={len(unplaced)} misplaced={len(wrong)} "
           f"function_level_imports={own_lazy} largest_module_lines={sizes[biggest]}")
     return 1 if circ or back or new or unplaced or wrong or pairs else 0
 
