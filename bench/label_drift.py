@@ -1,7 +1,7 @@
 """Label drift over rounds, measured: how often `continual.label_drift.LabelDrift` flags an annotator whose
 labels change convention or quality, and how often it flags one who did not change.
 
-    .venv/bin/python bench/label_drift.py [--trials 40] [--seed 1000] [--out runs/bench-label-drift]
+    .venv/bin/python bench/label_drift.py [--trials 40] [--seed 1000] [--out runs/bench-label-drift] [--quick]
 
 A witness model is trained with `ecotrain fit` on MNIST-1D (the demo's CNN, real training); the labelling is
 simulated on the held-out pool it never trained on: per trial, 5 annotators label 200 random pool examples
@@ -21,6 +21,7 @@ label_drift_detected_quality=K/N label_drift_false_alarms=F/M label_drift_false_
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from ecotrain.continual.scenario import write_tasks
 ANNOTATORS, ROUNDS, PER_ROUND, DRIFTED_ERROR = 5, 6, 200, 0.20
 
 
-def witness(out: Path) -> tuple[np.ndarray, np.ndarray]:
+def witness(out: Path, steps: int = 3000) -> tuple[np.ndarray, np.ndarray]:
     """(the model's predictions, the true labels) on a pool it never trained on."""
     tasks = write_tasks(out / "tasks", num_samples=8000, tasks=5, seed=0)
     all_npz = tasks[0].parent / "all.npz"
@@ -41,7 +42,7 @@ def witness(out: Path) -> tuple[np.ndarray, np.ndarray]:
         "name": "witness", "seed": 0, "threads": 1,
         "data": {"name": "npz", "path": str(all_npz), "num_classes": 10, "batch_size": 64},
         "model": {"name": "cnn"}, "optim": {"name": "adamw", "lr": 0.01},
-        "loop": {"max_steps": 3000, "max_epochs": None, "log_every": 500},
+        "loop": {"max_steps": steps, "max_epochs": None, "log_every": 500},
         "logging": {"progress": "off"}, "ledger": {"enabled": False}})
     result = fit(cfg, run_dir=out / "witness", quiet=True, overwrite=True)
     z = np.load(all_npz)
@@ -92,8 +93,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1000, help="the first trial seed (design used 0)")
     ap.add_argument("--out", default="runs/bench-label-drift")
+    ap.add_argument("--quick", action="store_true", help="a short witness and 4 trials: the plumbing, not a figure")
     args = ap.parse_args()
-    pred, truth = witness(Path(args.out))
+    if args.quick:
+        args.trials, args.out = 4, str(Path(tempfile.mkdtemp()) / "label-drift")
+    pred, truth = witness(Path(args.out), 300 if args.quick else 3000)
     print(f"witness model: accuracy {float((pred == truth).mean()):.4f} on {len(truth)} pool examples")
     got = {"convention": [], "quality": []}
     false = tested = 0
