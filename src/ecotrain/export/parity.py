@@ -32,6 +32,7 @@ from torch import nn
 from ecotrain.core import loop
 from ecotrain.core.batch import leaves
 from ecotrain.base.errors import EcotrainError
+from ecotrain.base.safeload import torch_load
 
 DEFAULT_TOLERANCE = 1e-4
 FRESH_TIMEOUT = 600  # seconds for the fresh process to import torch, load the program and run one batch
@@ -44,10 +45,10 @@ for name in sys.argv[4].split(","):
     sys.modules[name] = None  # importing it fails: the program must run without it
 import torch
 from torch.utils._pytree import tree_leaves
-from ecotrain.base.safeload import load_pt2
+from ecotrain.base.safeload import load_pt2, torch_load
 with open(sys.argv[1], "rb") as f:
     program, _ = load_pt2(f.read(), sys.argv[1])
-args, kwargs = torch.load(sys.argv[2], weights_only=True)
+args, kwargs = torch_load(sys.argv[2], sys.argv[2])  # the one safe reader, here too
 with torch.no_grad():
     out = program.module()(*args, **kwargs)
 torch.save([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)], sys.argv[3])
@@ -167,7 +168,7 @@ def fresh_process(model: Callable, data: bytes, args: tuple, kwargs: dict, what:
             raise EcotrainError(f"export: parity check failed: {what} does not load and run in a fresh Python process "
                                 f"without {', '.join(BLOCKED)} ({last[:240]}); nothing was written (return tensors "
                                 "from forward, not a library's output object)")
-        got = torch.load(outputs, weights_only=True)
+        got = torch_load(outputs, "the fresh process's outputs")
     if len(got) != len(ref) or any(x.shape != y.shape for x, y in zip(ref, got)):
         raise EcotrainError(f"export: parity check failed: {what}, loaded in a fresh process, returns "
                             f"{[tuple(y.shape) for y in got]}, the eager model {[tuple(x.shape) for x in ref]}")
